@@ -1,0 +1,1 @@
+"""Parsers: turn generated tokens into the neutral deltas of `parsers.deltas`."""

@@ -1,0 +1,21 @@
+"""The interface every output parser implements."""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+from parsers.deltas import Delta
+
+
+class OutputParser(Protocol):
+    """Turns one request's generated tokens (and their decoded text) into neutral deltas."""
+
+    reasoning_tokens: int
+
+    def feed(self, token_ids: Sequence[int], text: str) -> list[Delta]:
+        """Deltas for one engine step; may hold back text that could start a tag."""
+        ...
+
+    def finish(self) -> list[Delta]:
+        """Deltas for whatever is held back when generation ends."""
+        ...

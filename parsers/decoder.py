@@ -1,0 +1,47 @@
+"""Incremental detokenization: token ids in, text out, holding back bytes of a split character."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+class IncrementalDecoder:
+    """Decodes a growing token sequence step by step; work per step is independent of output length."""
+
+    # Tokens of context kept for the fallback path (as vLLM's incremental detokenizer does).
+    _WINDOW = 6
+
+    def __init__(self, tokenizer: Any, skip_special_tokens: bool = True) -> None:
+        self._tokenizer = tokenizer
+        self._skip_special = skip_special_tokens
+        backend = getattr(tokenizer, "_tokenizer", None)
+        self._backend = backend
+        self._stream: Any = None
+        if backend is not None:
+            from tokenizers.decoders import DecodeStream
+
+            self._stream = DecodeStream(skip_special_tokens=skip_special_tokens)
+        self._window: list[int] = []
+        self._pending: list[int] = []
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """The text that the new tokens complete; incomplete characters wait for the next call."""
+        if not token_ids:
+            return ""
+        if self._stream is not None:
+            return self._stream.step(self._backend, list(token_ids)) or ""
+        return self._decode_windowed(token_ids)
+
+    def flush(self) -> str:
+        """Nothing is ever emitted as U+FFFD mid-stream; at the end, leftover bytes are dropped."""
+        return ""
+
+    def _decode_windowed(self, token_ids: Sequence[int]) -> str:
+        self._pending.extend(token_ids)
+        before = self._tokenizer.decode(self._window, skip_special_tokens=self._skip_special)
+        after = self._tokenizer.decode(self._window + self._pending, skip_special_tokens=self._skip_special)
+        if after.endswith("\ufffd"):
+            return ""  # a character is still incomplete
+        self._window = (self._window + self._pending)[-self._WINDOW:]
+        self._pending = []
+        return after[len(before):] if after.startswith(before) else after

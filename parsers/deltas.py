@@ -1,0 +1,85 @@
+"""The neutral delta vocabulary that parsers emit and the response builder consumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """The log probability of one generated token, with its top alternatives."""
+
+    token: str
+    logprob: float
+    bytes: list[int] = field(default_factory=list)
+    top: list[tuple[str, float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OutputText:
+    """Visible answer text for a message item."""
+
+    text: str
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Refusal text for a message item."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningText:
+    """Chain-of-thought text for a reasoning item."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallStarted:
+    """A tool call begins; `custom` tools (freeform input) become custom_tool_call items."""
+
+    name: str
+    call_id: str | None = None
+    kind: Literal["function", "custom"] = "function"
+    namespace: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolCallArguments:
+    """A piece of the open tool call's arguments (JSON text) or custom input."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ItemEnded:
+    """The open item is complete (a tool call ended, a harmony message ended)."""
+
+
+Delta = Union[OutputText, Refusal, ReasoningText, ToolCallStarted, ToolCallArguments, ItemEnded]
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts for the terminal response."""
+
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The end of generation, with why it ended and what it cost."""
+
+    reason: FinishReason
+    usage: Usage = Usage()
+    error_code: str = "server_error"
+    error_message: str = ""

@@ -1,0 +1,1 @@
+"""The HTTP side of responses-server: app, routes, requests, errors, configuration, engine adapters."""

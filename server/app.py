@@ -1,0 +1,59 @@
+"""The FastAPI application: wiring of configuration, engine, renderer and routes."""
+
+from __future__ import annotations
+
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable
+
+from fastapi import FastAPI
+
+from parsers.base import OutputParser
+from parsers.plain import PlainTextParser
+from server import errors
+from server.config import ServerConfig
+from server.engine import Engine
+from server.prompt import ChatTemplateRenderer
+from streaming.ids import IdFactory, random_id
+
+EngineFactory = Callable[[], Engine]
+
+
+@dataclass
+class ServingContext:
+    """The per-process objects every request uses; the engine is set once the app has started."""
+
+    config: ServerConfig
+    engine_factory: EngineFactory
+    ids: IdFactory = random_id
+    clock: Callable[[], float] = time.time
+    engine: Engine | None = None
+    renderer: Any = None
+    parser_factory: Callable[[], OutputParser] = PlainTextParser
+    started_at: int = field(default_factory=lambda: int(time.time()))
+
+    def start(self) -> None:
+        self.engine = self.engine_factory()
+        self.renderer = ChatTemplateRenderer(self.engine.tokenizer)
+
+
+def create_app(context: ServingContext) -> FastAPI:
+    """The app; the engine starts in its lifespan (inside the running event loop) and stops with it."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        context.start()
+        try:
+            yield
+        finally:
+            if context.engine is not None:
+                await context.engine.shutdown()
+
+    from server.routes import router
+
+    app = FastAPI(title="responses-server", lifespan=lifespan)
+    app.state.context = context
+    errors.install(app)
+    app.include_router(router)
+    return app

@@ -1,0 +1,100 @@
+"""Command line: vLLM's engine flags plus the server's own; `responses-server` and `python -m server`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from server.config import ServerConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from server import vllm_engine
+
+    parser = vllm_engine.new_argument_parser(
+        prog="responses-server",
+        description="OpenAI-compatible Responses API server in front of vLLM. "
+        "Without --model it serves the bundled SmolLM2-135M-Instruct.",
+    )
+    server = parser.add_argument_group("responses-server")
+    server.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    server.add_argument("--port", type=int, default=8000, help="port to listen on")
+    server.add_argument("--api-key", default=os.environ.get("RESPONSES_SERVER_API_KEY"),
+                        help="require 'Authorization: Bearer KEY' (default: $RESPONSES_SERVER_API_KEY, or none)")
+    server.add_argument("--tool-call-parser", default=None, help="tool-call parser name (vLLM's names)")
+    server.add_argument("--keepalive-interval", type=float, default=15.0,
+                        help="seconds between SSE keep-alive comments while a stream is idle")
+    server.add_argument("--record-engine-output", type=Path, default=None, metavar="FILE",
+                        help="append one JSON line of engine output per request to FILE")
+    server.add_argument("--replay-engine-output", type=Path, default=None, metavar="FILE",
+                        help="serve recorded engine output from FILE instead of running the model")
+    server.add_argument("--uvicorn-log-level", default="info", help="uvicorn log level")
+    vllm_engine.add_engine_arguments(parser)
+    return parser
+
+
+def resolve_model(args: argparse.Namespace) -> None:
+    """No --model: the bundled model, converted once into the cache."""
+    if args.model is None:
+        from server.bundled_model import BUNDLED_MODEL_NAME, ensure_bundled_model
+
+        args.model = str(ensure_bundled_model())
+        if not args.served_model_name:
+            args.served_model_name = [BUNDLED_MODEL_NAME]
+
+
+def served_name(args: argparse.Namespace) -> str:
+    names = args.served_model_name
+    if isinstance(names, str):
+        return names
+    return names[0] if names else args.model
+
+
+def engine_factory(args: argparse.Namespace) -> Any:
+    """A callable that starts the engine (inside the app's event loop): vLLM, or a replay of a recording."""
+    from server import vllm_engine
+    from server.recording import ReplayEngine, RecordingEngine, read_recordings
+
+    if args.replay_engine_output is not None:
+        recordings = read_recordings(args.replay_engine_output)
+
+        def replay() -> Any:
+            tokenizer = vllm_engine.load_tokenizer(args.tokenizer or args.model)
+            return ReplayEngine(recordings, tokenizer, max_model_len=args.max_model_len or 1 << 20)
+
+        return replay
+
+    engine_args = vllm_engine.engine_args(args)
+
+    def live() -> Any:
+        engine = vllm_engine.VllmEngine.start(engine_args)
+        if args.record_engine_output is not None:
+            return RecordingEngine(engine, args.record_engine_output)
+        return engine
+
+    return live
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import uvicorn
+
+    from server.app import ServingContext, create_app
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    resolve_model(args)
+    config = ServerConfig(
+        served_model_name=served_name(args),
+        api_key=args.api_key,
+        keepalive_seconds=args.keepalive_interval,
+        reasoning_parser=args.reasoning_parser,
+        tool_call_parser=args.tool_call_parser,
+    )
+    app = create_app(ServingContext(config=config, engine_factory=engine_factory(args)))
+    print(f"[responses-server] serving '{config.served_model_name}' on http://{args.host}:{args.port}/v1",
+          file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.uvicorn_log_level)

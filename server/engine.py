@@ -1,0 +1,58 @@
+"""The engine interface the server talks to: token ids in, steps of token ids out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Literal, Protocol
+
+EngineFinish = Literal["stop", "length", "abort", "error"]
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """The request's sampling knobs, in engine-neutral form (None: the model's default)."""
+
+    max_tokens: int
+    temperature: float | None = None
+    top_p: float | None = None
+    logprobs: int | None = None  # None: not requested; k: the chosen token plus k alternatives
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One generation: a rendered prompt and how to sample."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: SamplingSettings
+
+
+@dataclass(frozen=True)
+class StepLogprob:
+    """Log probabilities for one generated token: the chosen one first, then the alternatives."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """What one engine step produced for a request (one or several tokens)."""
+
+    token_ids: list[int]
+    finish_reason: EngineFinish | None = None
+    cached_tokens: int = 0
+    logprobs: list[StepLogprob] = field(default_factory=list)
+
+
+class Engine(Protocol):
+    """A running model: streams steps for a request; closing the iterator aborts the request."""
+
+    tokenizer: Any
+    max_model_len: int
+
+    def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]: ...
+
+    async def shutdown(self) -> None: ...

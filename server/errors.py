@@ -1,0 +1,83 @@
+"""OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}` with a 4xx/5xx status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class APIError(Exception):
+    """An error to answer with an OpenAI error body."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def from_validation_error(exc: ValidationError | RequestValidationError) -> APIError:
+    """The most specific problem pydantic found, with its location as `param` (e.g. `input[0].content`)."""
+    first = max(exc.errors(), key=lambda error: len(error.get("loc", ())))
+    param = _param_path(first.get("loc", ()))
+    message = first.get("msg", "Invalid request")
+    return APIError(f"Invalid value for '{param}': {message}" if param else message, param=param or None)
+
+
+def _param_path(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        if part != "body" and not _is_union_tag(part):
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def _is_union_tag(part: Any) -> bool:
+    """pydantic puts the union member it tried into `loc`: a class name or a type such as `list[...]`."""
+    return isinstance(part, str) and (part[:1].isupper() or "[" in part or part in ("str", "list", "dict"))
+
+
+async def api_error_handler(_: Request, exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status)
+
+
+async def validation_error_handler(_: Request, exc: RequestValidationError) -> JSONResponse:
+    error = from_validation_error(exc)
+    return JSONResponse(error.body(), status_code=error.status)
+
+
+async def http_error_handler(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    error = APIError(str(exc.detail), status=exc.status_code, type=kind)
+    return JSONResponse(error.body(), status_code=exc.status_code)
+
+
+async def unexpected_error_handler(_: Request, exc: Exception) -> JSONResponse:
+    error = APIError(f"Internal server error: {type(exc).__name__}", status=500, type="server_error")
+    return JSONResponse(error.body(), status_code=500)
+
+
+def install(app: Any) -> None:
+    """Register the handlers so every error leaves as an OpenAI error body."""
+    app.add_exception_handler(APIError, api_error_handler)
+    app.add_exception_handler(RequestValidationError, validation_error_handler)
+    app.add_exception_handler(StarletteHTTPException, http_error_handler)
+    app.add_exception_handler(Exception, unexpected_error_handler)

@@ -1,0 +1,80 @@
+"""One response's run: engine steps -> decoder -> parser -> builder events, ending in exactly one terminal event."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+from openai.types.responses import ResponseStreamEvent
+
+from parsers.base import OutputParser
+from parsers.decoder import IncrementalDecoder
+from parsers.deltas import Finished, OutputText, TokenLogprob, Usage
+from server.engine import Engine, EngineRequest, EngineStep, StepLogprob
+from streaming.builder import ResponseBuilder
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ResponseRun:
+    """Everything one response needs; `events()` drives it from start to terminal event."""
+
+    engine: Engine
+    request: EngineRequest
+    parser: OutputParser
+    decoder: IncrementalDecoder
+    builder: ResponseBuilder
+    token_text: Callable[[int], str] | None = None  # set when logprobs were asked for
+
+    async def events(self) -> AsyncIterator[ResponseStreamEvent]:
+        for event in self.builder.start():
+            yield event
+        output_tokens = cached_tokens = 0
+        finished: Finished | None = None
+        try:
+            async for step in self.engine.generate(self.request):
+                output_tokens += len(step.token_ids)
+                cached_tokens = max(cached_tokens, step.cached_tokens)
+                for event in self.builder.feed(self._parse(step)):
+                    yield event
+                if step.finish_reason:
+                    finished = Finished(step.finish_reason)
+            for event in self.builder.feed(self.parser.feed([], self.decoder.flush()) + self.parser.finish()):
+                yield event
+        except Exception as exc:  # the engine or a parser failed mid-stream: end as response.failed
+            logger.exception("response %s failed", self.builder.response_id)
+            finished = Finished("error", error_message=f"generation failed: {type(exc).__name__}: {exc}")
+        finished = finished or Finished("error", error_message="the engine stopped without a finish reason")
+        usage = Usage(
+            input_tokens=len(self.request.prompt_token_ids),
+            cached_tokens=cached_tokens,
+            output_tokens=output_tokens,
+            reasoning_tokens=self.parser.reasoning_tokens,
+        )
+        for event in self.builder.finish(Finished(finished.reason, usage, finished.error_code, finished.error_message)):
+            yield event
+
+    def _parse(self, step: EngineStep) -> list[Any]:
+        text = self.decoder.decode(step.token_ids)
+        deltas = self.parser.feed(step.token_ids, text)
+        if step.logprobs and self.token_text is not None:
+            deltas = _attach_logprobs(deltas, [self._logprob(lp) for lp in step.logprobs])
+        return deltas
+
+    def _logprob(self, lp: StepLogprob) -> TokenLogprob:
+        assert self.token_text is not None
+        token = self.token_text(lp.token_id)
+        return TokenLogprob(token=token, logprob=lp.logprob, bytes=list(token.encode()),
+                            top=[(self.token_text(t), p) for t, p in lp.top])
+
+
+def _attach_logprobs(deltas: list[Any], logprobs: list[TokenLogprob]) -> list[Any]:
+    """A step's token logprobs go with the step's first output-text delta (all of them, once)."""
+    for index, delta in enumerate(deltas):
+        if isinstance(delta, OutputText):
+            deltas = list(deltas)
+            deltas[index] = OutputText(delta.text, tuple(logprobs))
+            break
+    return deltas

@@ -1,0 +1,102 @@
+"""Record and replay of engine output (JSON lines), to reproduce streaming bugs without the model."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from server.engine import Engine, EngineRequest, EngineStep
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One request's engine output: its prompt and the token ids of each step, grouping kept."""
+
+    prompt_token_ids: list[int]
+    steps: list[list[int]]
+    finish_reason: str
+
+    def to_json(self) -> str:
+        return json.dumps({"prompt_token_ids": self.prompt_token_ids, "steps": self.steps,
+                           "finish_reason": self.finish_reason})
+
+    @classmethod
+    def from_json(cls, line: str) -> "Recording":
+        data = json.loads(line)
+        return cls(list(data.get("prompt_token_ids", [])), [list(s) for s in data["steps"]],
+                   data.get("finish_reason", "stop"))
+
+
+def read_recordings(path: str | Path) -> list[Recording]:
+    lines = Path(path).read_text().splitlines()
+    recordings = [Recording.from_json(line) for line in lines if line.strip()]
+    if not recordings:
+        raise ValueError(f"{path} holds no recorded engine output")
+    return recordings
+
+
+@dataclass
+class RecordingEngine:
+    """Wraps an engine and appends one JSON line per finished request to a file."""
+
+    inner: Engine
+    path: Path
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.inner.tokenizer
+
+    @property
+    def max_model_len(self) -> int:
+        return self.inner.max_model_len
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
+        steps: list[list[int]] = []
+        finish = "abort"
+        try:
+            async for step in self.inner.generate(request):
+                steps.append(list(step.token_ids))
+                finish = step.finish_reason or finish
+                yield step
+        finally:
+            line = Recording(list(request.prompt_token_ids), steps, finish).to_json()
+            async with self._lock:
+                with self.path.open("a") as out:
+                    out.write(line + "\n")
+
+    async def shutdown(self) -> None:
+        await self.inner.shutdown()
+
+
+class ReplayEngine:
+    """Serves recorded steps instead of running a model: request k gets recording k, cycling."""
+
+    def __init__(self, recordings: list[Recording], tokenizer: Any, max_model_len: int) -> None:
+        self.tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self._next = itertools.cycle(recordings)
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
+        recording = next(self._next)
+        budget = request.sampling.max_tokens
+        steps = [s for s in recording.steps if s] or [[]]
+        for index, tokens in enumerate(steps):
+            await asyncio.sleep(0)  # let the server interleave work like a live engine would
+            last = index == len(steps) - 1
+            if len(tokens) > budget or (len(tokens) == budget and not last):
+                yield EngineStep(token_ids=tokens[:budget], finish_reason="length")
+                return
+            budget -= len(tokens)
+            yield EngineStep(token_ids=tokens, finish_reason=_replayed_finish(recording) if last else None)
+
+    async def shutdown(self) -> None:
+        return None
+
+
+def _replayed_finish(recording: Recording) -> Any:
+    return recording.finish_reason if recording.finish_reason in ("stop", "length", "abort", "error") else "stop"

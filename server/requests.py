@@ -1,0 +1,175 @@
+"""The `POST /v1/responses` request body, validated the way real clients (Codex, openai SDK, agents SDK) send it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+class _Lenient(BaseModel):
+    """Unknown fields are accepted and ignored, as clients send more than we use."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class ContentPart(_Lenient):
+    """A part of a message's content; text parts carry `text`, refusals `refusal`."""
+
+    type: Literal["input_text", "output_text", "text", "refusal", "summary_text", "reasoning_text",
+                  "input_image", "input_file", "input_audio"]
+    text: str | None = None
+    refusal: str | None = None
+
+    def as_text(self) -> str:
+        if self.type in ("input_image", "input_file", "input_audio"):
+            raise ValueError(f"content of type '{self.type}' is not supported by this server")
+        return self.text if self.text is not None else (self.refusal or "")
+
+
+class MessageItem(_Lenient):
+    """A message: the user's, the developer's, or an assistant's earlier answer."""
+
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: Union[str, list[ContentPart]]
+    id: str | None = None
+    status: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.as_text() for part in self.content)
+
+
+class FunctionCallItem(_Lenient):
+    """An earlier function call by the model."""
+
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str = ""
+    namespace: str | None = None
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutputItem(_Lenient):
+    """The client's result for a function call."""
+
+    type: Literal["function_call_output"]
+    call_id: str
+    output: Union[str, list[ContentPart]]
+    id: str | None = None
+    status: str | None = None
+
+    def text(self) -> str:
+        return self.output if isinstance(self.output, str) else "".join(p.as_text() for p in self.output)
+
+
+class CustomToolCallItem(_Lenient):
+    """An earlier call of a freeform (custom) tool by the model."""
+
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str = ""
+    id: str | None = None
+
+
+class CustomToolCallOutputItem(_Lenient):
+    """The client's result for a custom tool call."""
+
+    type: Literal["custom_tool_call_output"]
+    call_id: str
+    output: Union[str, list[ContentPart]]
+    id: str | None = None
+
+    def text(self) -> str:
+        return self.output if isinstance(self.output, str) else "".join(p.as_text() for p in self.output)
+
+
+class ReasoningItem(_Lenient):
+    """An earlier reasoning item sent back by the client."""
+
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[ContentPart] = Field(default_factory=list)
+    content: list[ContentPart] | None = None
+    encrypted_content: str | None = None
+
+    def text(self) -> str:
+        parts = self.content or self.summary
+        return "".join(p.text or "" for p in parts)
+
+
+_ITEM_TYPES: dict[str, type[BaseModel]] = {
+    "message": MessageItem,
+    "function_call": FunctionCallItem,
+    "function_call_output": FunctionCallOutputItem,
+    "custom_tool_call": CustomToolCallItem,
+    "custom_tool_call_output": CustomToolCallOutputItem,
+    "reasoning": ReasoningItem,
+}
+
+
+def _item_class_name(item: Any) -> str | None:
+    """The class an input item validates as (messages may omit `type`), named as its union tag."""
+    kind = item.get("type") or ("message" if "role" in item else None) if isinstance(item, dict) else getattr(item, "type", None)
+    item_class = _ITEM_TYPES.get(kind or "")
+    return item_class.__name__ if item_class else None
+
+
+InputItem = Annotated[
+    Union[tuple(Annotated[cls, Tag(cls.__name__)] for cls in _ITEM_TYPES.values())],  # type: ignore[misc]
+    Discriminator(
+        _item_class_name,
+        custom_error_type="invalid_input_item",
+        custom_error_message=f"input items must have a type among: {', '.join(_ITEM_TYPES)}",
+    ),
+]
+
+
+class ResponsesRequest(_Lenient):
+    """The request fields the server acts on; everything else a client sends is accepted and ignored."""
+
+    model: str | None = None
+    input: Union[str, list[InputItem]] = ""
+    instructions: str | None = None
+    stream: bool = False
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    tool_choice: Any = "auto"
+    parallel_tool_calls: bool = True
+    reasoning: dict[str, Any] | None = None
+    include: list[str] | None = None
+    store: bool = True
+    background: bool = False
+    metadata: dict[str, str] | None = None
+    previous_response_id: str | None = None
+    text: dict[str, Any] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    user: str | None = None
+    prompt_cache_key: str | None = None
+
+    @field_validator("tools")
+    @classmethod
+    def _tools_have_types(cls, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for index, tool in enumerate(tools):
+            if not isinstance(tool.get("type"), str):
+                raise ValueError(f"tools[{index}] needs a string 'type'")
+        return tools
+
+    def input_items(self) -> list[Any]:
+        """The input as a list of items (a string input is one user message)."""
+        if isinstance(self.input, str):
+            return [MessageItem(role="user", content=self.input)]
+        return list(self.input)
+
+    def wants_logprobs(self) -> bool:
+        return LOGPROBS_INCLUDE in (self.include or []) or bool(self.top_logprobs)

@@ -1,0 +1,144 @@
+"""HTTP routes: `POST /v1/responses` (SSE or JSON), `GET /v1/models`, `GET /health`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+from sse_starlette import EventSourceResponse
+
+from parsers.decoder import IncrementalDecoder
+from server.app import ServingContext
+from server.echo import response_settings
+from server.engine import EngineRequest, SamplingSettings
+from server.errors import APIError, from_validation_error
+from server.generation import ResponseRun
+from server.requests import ResponsesRequest
+from streaming.builder import ResponseBuilder
+from streaming.sse import SEPARATOR, encode_event, keepalive_comment
+
+router = APIRouter()
+
+# How often a non-streaming request checks whether its client is still there.
+_DISCONNECT_POLL_SECONDS = 1.0
+
+
+def _context(request: Request) -> ServingContext:
+    return request.app.state.context
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> dict[str, Any]:
+    context = _context(request)
+    _check_api_key(request, context)
+    model = {"id": context.config.served_model_name, "object": "model",
+             "created": context.started_at, "owned_by": "responses-server"}
+    return {"object": "list", "data": [model]}
+
+
+@router.post("/v1/responses")
+async def create_response(request: Request) -> Response:
+    context = _context(request)
+    _check_api_key(request, context)
+    body = await _read_body(request)
+    run = _prepare_run(context, body)
+    if body.stream:
+        return EventSourceResponse(
+            _sse_frames(run),
+            ping=context.config.keepalive_seconds,
+            ping_message_factory=keepalive_comment,
+            sep=SEPARATOR,
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    await _drain_while_connected(run, request)
+    return JSONResponse(json.loads(run.builder.response().to_json(indent=None)))
+
+
+async def _read_body(request: Request) -> ResponsesRequest:
+    try:
+        raw = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise APIError("We could not parse the JSON body of your request.") from None
+    if not isinstance(raw, dict):
+        raise APIError("The request body must be a JSON object.")
+    try:
+        return ResponsesRequest.model_validate(raw)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+
+
+def _check_api_key(request: Request, context: ServingContext) -> None:
+    expected = context.config.api_key
+    if expected and request.headers.get("authorization") != f"Bearer {expected}":
+        raise APIError("Incorrect API key provided.", status=401, code="invalid_api_key")
+
+
+def _prepare_run(context: ServingContext, body: ResponsesRequest) -> ResponseRun:
+    """Everything that can reject the request happens here, before any byte of a stream is sent."""
+    served = context.config.served_model_name
+    if body.model is not None and body.model != served:
+        raise APIError(f"The model '{body.model}' does not exist; this server serves '{served}'.",
+                       status=404, param="model", code="model_not_found")
+    if body.previous_response_id is not None:
+        raise APIError(f"Previous response with id '{body.previous_response_id}' not found.",
+                       status=404, param="previous_response_id", code="previous_response_not_found")
+    if body.background:
+        raise APIError("background responses are not supported by this server yet.", param="background")
+    engine = context.engine
+    assert engine is not None, "the engine starts with the app"
+    prompt = context.renderer.render(body)
+    room = engine.max_model_len - len(prompt)
+    if room <= 0:
+        raise APIError(
+            f"The input is {len(prompt)} tokens; this model's context holds {engine.max_model_len}.",
+            param="input", code="context_length_exceeded")
+    builder = ResponseBuilder(response_settings(body, served), ids=context.ids, clock=context.clock)
+    logprobs = (body.top_logprobs or 0) if body.wants_logprobs() else None
+    sampling = SamplingSettings(
+        max_tokens=min(body.max_output_tokens or room, room),
+        temperature=body.temperature,
+        top_p=body.top_p,
+        logprobs=logprobs,
+    )
+    tokenizer = engine.tokenizer
+    return ResponseRun(
+        engine=engine,
+        request=EngineRequest(builder.response_id, prompt, sampling),
+        parser=context.parser_factory(),
+        decoder=IncrementalDecoder(tokenizer),
+        builder=builder,
+        token_text=(lambda token_id: tokenizer.decode([token_id])) if logprobs is not None else None,
+    )
+
+
+async def _sse_frames(run: ResponseRun) -> AsyncIterator[Any]:
+    async for event in run.events():
+        yield encode_event(event)
+
+
+async def _drain_while_connected(run: ResponseRun, request: Request) -> None:
+    """Run to the terminal event; a client that goes away cancels the run and so its engine request."""
+
+    async def drain() -> None:
+        async for _ in run.events():
+            pass
+
+    task = asyncio.ensure_future(drain())
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=_DISCONNECT_POLL_SECONDS)
+            if not task.done() and await request.is_disconnected():
+                task.cancel()
+                break
+        await task
+    finally:
+        task.cancel()

@@ -1,0 +1,132 @@
+"""The engine adapter around vLLM's AsyncLLM: the only module that imports vLLM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any, AsyncIterator
+
+from server.engine import EngineRequest, EngineStep, StepLogprob
+
+logger = logging.getLogger(__name__)
+
+# Settings that work on the CPU build (see shared/platform.md), applied unless the user sets them.
+CPU_DEFAULTS: dict[str, Any] = {
+    "dtype": "float32",  # bfloat16 produced garbage on these CPUs
+    "enforce_eager": True,  # engine start 22 s instead of ~3 min of compilation
+    "gpu_memory_utilization": 0.3,  # on CPU: the share of RAM for the KV cache
+}
+_PLATFORM_DEPENDENT = tuple(CPU_DEFAULTS)
+_FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """vLLM's own engine flags (`--model`, `--dtype`, `--max-model-len`, ...), as `vllm serve` has them."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    AsyncEngineArgs.add_cli_args(parser)
+    # None marks "not given", so platform defaults can fill in what the user left out.
+    parser.set_defaults(model=None, **{name: None for name in _PLATFORM_DEPENDENT})
+
+
+def new_argument_parser(**kwargs: Any) -> argparse.ArgumentParser:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    return FlexibleArgumentParser(**kwargs)
+
+
+def is_cpu_platform() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def engine_args(args: argparse.Namespace) -> Any:
+    """AsyncEngineArgs from parsed flags, with platform defaults where the user gave none."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    defaults = CPU_DEFAULTS if is_cpu_platform() else {
+        name: getattr(AsyncEngineArgs, name) for name in _PLATFORM_DEPENDENT
+    }
+    for name in _PLATFORM_DEPENDENT:
+        if getattr(args, name) is None:
+            setattr(args, name, defaults[name])
+    return AsyncEngineArgs.from_cli_args(args)
+
+
+def load_tokenizer(name: str, **kwargs: Any) -> Any:
+    """The model's tokenizer, loaded the way vLLM loads it."""
+    from vllm.tokenizers import get_tokenizer
+
+    return get_tokenizer(name, **kwargs)
+
+
+class VllmEngine:
+    """Streams token-id steps from AsyncLLM; closing the iterator aborts the engine request."""
+
+    def __init__(self, llm: Any) -> None:
+        self._llm = llm
+        self.tokenizer = llm.get_tokenizer()
+        self.max_model_len: int = llm.model_config.max_model_len
+
+    @classmethod
+    def start(cls, args: Any) -> "VllmEngine":
+        """Start AsyncLLM (inside a running event loop) from AsyncEngineArgs."""
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return cls(AsyncLLM.from_engine_args(args))
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
+        from vllm.inputs import TokensPrompt
+
+        params = _sampling_params(request)
+        prompt = TokensPrompt(prompt_token_ids=request.prompt_token_ids)
+        first = True
+        async for output in self._llm.generate(prompt, params, request.request_id):
+            completion = output.outputs[0]
+            finish = completion.finish_reason
+            yield EngineStep(
+                token_ids=list(completion.token_ids),
+                finish_reason=_FINISH_REASONS.get(finish, "error") if finish else None,
+                cached_tokens=(output.num_cached_tokens or 0) if first else 0,
+                logprobs=_step_logprobs(completion.token_ids, completion.logprobs),
+            )
+            first = False
+
+    async def shutdown(self) -> None:
+        self._llm.shutdown()
+
+
+def _sampling_params(request: EngineRequest) -> Any:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    sampling = request.sampling
+    options: dict[str, Any] = {
+        "max_tokens": sampling.max_tokens,
+        "output_kind": RequestOutputKind.DELTA,
+        "detokenize": False,  # we decode incrementally ourselves, identically for live and replayed output
+        "logprobs": sampling.logprobs,
+    }
+    if sampling.temperature is not None:
+        options["temperature"] = sampling.temperature
+    if sampling.top_p is not None:
+        options["top_p"] = sampling.top_p
+    if sampling.stop_token_ids:
+        options["stop_token_ids"] = list(sampling.stop_token_ids)
+    return SamplingParams(**options)
+
+
+def _step_logprobs(token_ids: Any, logprobs: Any) -> list[StepLogprob]:
+    if not logprobs:
+        return []
+    steps = []
+    for token_id, candidates in zip(token_ids, logprobs):
+        chosen = candidates[token_id].logprob
+        top = tuple(
+            (other, entry.logprob)
+            for other, entry in sorted(candidates.items(), key=lambda kv: kv[1].rank or 0)
+            if entry.rank and entry.rank > 0
+        )
+        steps.append(StepLogprob(token_id=token_id, logprob=chosen, top=top))
+    return steps

@@ -1,0 +1,1 @@
+"""Streaming: the response builder (deltas -> Responses events and final Response) and SSE encoding."""

@@ -1,0 +1,390 @@
+"""The response builder: a state machine turning neutral deltas into Responses events and the final Response."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal
+
+from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
+    ResponseContentPartAddedEvent,
+    ResponseContentPartDoneEvent,
+    ResponseCreatedEvent,
+    ResponseCustomToolCall,
+    ResponseCustomToolCallInputDeltaEvent,
+    ResponseCustomToolCallInputDoneEvent,
+    ResponseError,
+    ResponseFailedEvent,
+    ResponseFunctionCallArgumentsDeltaEvent,
+    ResponseFunctionCallArgumentsDoneEvent,
+    ResponseFunctionToolCall,
+    ResponseIncompleteEvent,
+    ResponseInProgressEvent,
+    ResponseOutputItem,
+    ResponseOutputItemAddedEvent,
+    ResponseOutputItemDoneEvent,
+    ResponseOutputMessage,
+    ResponseReasoningItem,
+    ResponseReasoningTextDeltaEvent,
+    ResponseReasoningTextDoneEvent,
+    ResponseRefusalDeltaEvent,
+    ResponseRefusalDoneEvent,
+    ResponseStreamEvent,
+    ResponseTextDeltaEvent,
+    ResponseTextDoneEvent,
+    ResponseUsage,
+)
+from openai.types.responses.response import IncompleteDetails
+from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+from parsers.deltas import (
+    Delta,
+    Finished,
+    ItemEnded,
+    OutputText,
+    ReasoningText,
+    Refusal,
+    TokenLogprob,
+    ToolCallArguments,
+    ToolCallStarted,
+)
+from streaming import ids as id_prefixes
+from streaming.ids import IdFactory, random_id
+
+Clock = Callable[[], float]
+ItemKind = Literal["message", "reasoning", "function_call", "custom_tool_call"]
+PartKind = Literal["output_text", "refusal", "reasoning_text"]
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
+# Which item and content part each kind of text delta belongs to.
+_TEXT_TARGETS: dict[type, tuple[ItemKind, PartKind]] = {
+    OutputText: ("message", "output_text"),
+    Refusal: ("message", "refusal"),
+    ReasoningText: ("reasoning", "reasoning_text"),
+}
+_ITEM_ID_PREFIX: dict[ItemKind, str] = {
+    "message": id_prefixes.MESSAGE,
+    "reasoning": id_prefixes.REASONING,
+    "function_call": id_prefixes.FUNCTION_CALL,
+    "custom_tool_call": id_prefixes.CUSTOM_TOOL_CALL,
+}
+
+
+@dataclass
+class _Part:
+    kind: PartKind
+    chunks: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    final_text: str | None = None  # set once, when the part closes
+
+
+@dataclass
+class _Item:
+    kind: ItemKind
+    id: str
+    output_index: int
+    parts: list[_Part] = field(default_factory=list)
+    name: str = ""
+    call_id: str = ""
+    namespace: str | None = None
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _State:
+    sequence_number: int = 0
+    items: list[ResponseOutputItem] = field(default_factory=list)  # finished items, in output order
+    open_item: _Item | None = None
+    pending_whitespace: list[OutputText] = field(default_factory=list)
+    started: bool = False
+    terminal: Response | None = None
+
+
+class ResponseBuilder:
+    """Owns ids, indices, sequence numbers and the terminal state of one response."""
+
+    def __init__(
+        self,
+        settings: dict[str, Any],
+        *,
+        ids: IdFactory = random_id,
+        clock: Clock = time.time,
+        response_id: str | None = None,
+    ) -> None:
+        self._ids = ids
+        self._clock = clock
+        self._state = _State()
+        self._template = Response.model_validate(
+            {
+                "object": "response",
+                "output": [],
+                "parallel_tool_calls": True,
+                "tool_choice": "auto",
+                "tools": [],
+                **settings,
+                "id": response_id or ids(id_prefixes.RESPONSE),
+                "created_at": int(clock()),
+                "status": "in_progress",
+                "error": None,
+                "incomplete_details": None,
+            }
+        )
+
+    # -- public API -------------------------------------------------------------------------
+
+    @property
+    def response_id(self) -> str:
+        return self._template.id
+
+    @property
+    def finished(self) -> bool:
+        return self._state.terminal is not None
+
+    def response(self) -> Response:
+        """The terminal response, or an in-progress snapshot of what is finished so far."""
+        return self._state.terminal or self._snapshot("in_progress")
+
+    def start(self) -> list[ResponseStreamEvent]:
+        """`response.created` then `response.in_progress`."""
+        assert not self._state.started, "start() called twice"
+        self._state.started = True
+        return [
+            self._emit(ResponseCreatedEvent, type="response.created", response=self._snapshot("in_progress")),
+            self._emit(ResponseInProgressEvent, type="response.in_progress", response=self._snapshot("in_progress")),
+        ]
+
+    def feed(self, deltas: Iterable[Delta]) -> list[ResponseStreamEvent]:
+        """Events for a batch of deltas, in order."""
+        events: list[ResponseStreamEvent] = []
+        for delta in deltas:
+            events.extend(self._apply(delta))
+        return events
+
+    def finish(self, finished: Finished) -> list[ResponseStreamEvent]:
+        """Close what is open and emit exactly one terminal event."""
+        assert self._state.started and not self.finished, "finish() needs start() and runs once"
+        events: list[ResponseStreamEvent] = []
+        cut = finished.reason != "stop"
+        if not self._state.items and self._state.open_item is None and finished.reason in ("stop", "length"):
+            # An answer with no visible text is still one (empty) message.
+            events.extend(self._open_item("message"))
+            events.extend(self._flush_whitespace())
+        self._state.pending_whitespace.clear()
+        events.extend(self._close_open_item("incomplete" if cut else "completed"))
+        events.append(self._terminal_event(finished))
+        return events
+
+    # -- deltas -----------------------------------------------------------------------------
+
+    def _apply(self, delta: Delta) -> list[ResponseStreamEvent]:
+        if self.finished:
+            raise RuntimeError("delta after the terminal event")
+        if isinstance(delta, ToolCallStarted):
+            return self._start_tool_call(delta)
+        if isinstance(delta, ToolCallArguments):
+            return self._tool_arguments(delta)
+        if isinstance(delta, ItemEnded):
+            self._state.pending_whitespace.clear()
+            return self._close_open_item("completed")
+        return self._text(delta)
+
+    def _text(self, delta: OutputText | Refusal | ReasoningText) -> list[ResponseStreamEvent]:
+        if not delta.text:
+            return []
+        item_kind, part_kind = _TEXT_TARGETS[type(delta)]
+        open_item = self._state.open_item
+        events: list[ResponseStreamEvent] = []
+        if open_item is None or open_item.kind != item_kind:
+            if isinstance(delta, OutputText) and not delta.text.strip():
+                # Whitespace between items (a model's "\n\n" before a tool call) opens nothing yet.
+                self._state.pending_whitespace.append(delta)
+                return []
+            events.extend(self._close_open_item("completed"))
+            events.extend(self._open_item(item_kind))
+            if part_kind == "output_text":
+                events.extend(self._flush_whitespace())
+        self._state.pending_whitespace.clear()
+        events.extend(self._part_delta(part_kind, delta))
+        return events
+
+    def _flush_whitespace(self) -> list[ResponseStreamEvent]:
+        pending, self._state.pending_whitespace = self._state.pending_whitespace, []
+        events: list[ResponseStreamEvent] = []
+        for delta in pending:
+            events.extend(self._part_delta("output_text", delta))
+        return events
+
+    def _start_tool_call(self, delta: ToolCallStarted) -> list[ResponseStreamEvent]:
+        self._state.pending_whitespace.clear()
+        events = self._close_open_item("completed")
+        kind: ItemKind = "custom_tool_call" if delta.kind == "custom" else "function_call"
+        events.extend(
+            self._open_item(
+                kind,
+                name=delta.name,
+                call_id=delta.call_id or self._ids(id_prefixes.CALL),
+                namespace=delta.namespace,
+            )
+        )
+        return events
+
+    def _tool_arguments(self, delta: ToolCallArguments) -> list[ResponseStreamEvent]:
+        item = self._state.open_item
+        if item is None or item.kind not in ("function_call", "custom_tool_call"):
+            raise RuntimeError("tool call arguments with no open tool call")
+        if not delta.text:
+            return []
+        item.arguments.append(delta.text)
+        if item.kind == "custom_tool_call":
+            return [self._emit(ResponseCustomToolCallInputDeltaEvent, type="response.custom_tool_call_input.delta",
+                               item_id=item.id, output_index=item.output_index, delta=delta.text)]
+        return [self._emit(ResponseFunctionCallArgumentsDeltaEvent, type="response.function_call_arguments.delta",
+                           item_id=item.id, output_index=item.output_index, delta=delta.text)]
+
+    # -- items ------------------------------------------------------------------------------
+
+    def _open_item(self, kind: ItemKind, **tool: Any) -> list[ResponseStreamEvent]:
+        item = _Item(kind=kind, id=self._ids(_ITEM_ID_PREFIX[kind]), output_index=len(self._state.items), **tool)
+        self._state.open_item = item
+        return [self._emit(ResponseOutputItemAddedEvent, type="response.output_item.added",
+                           output_index=item.output_index, item=_item_model(item, "in_progress"))]
+
+    def _close_open_item(self, status: ItemStatus) -> list[ResponseStreamEvent]:
+        item = self._state.open_item
+        if item is None:
+            return []
+        events: list[ResponseStreamEvent] = []
+        if item.parts:
+            events.extend(self._close_part(item, item.parts[-1]))
+        if item.kind == "function_call":
+            events.append(self._emit(ResponseFunctionCallArgumentsDoneEvent, type="response.function_call_arguments.done",
+                                     item_id=item.id, output_index=item.output_index,
+                                     arguments="".join(item.arguments), name=item.name))
+        elif item.kind == "custom_tool_call":
+            events.append(self._emit(ResponseCustomToolCallInputDoneEvent, type="response.custom_tool_call_input.done",
+                                     item_id=item.id, output_index=item.output_index, input="".join(item.arguments)))
+        done = _item_model(item, status)
+        self._state.items.append(done)
+        self._state.open_item = None
+        events.append(self._emit(ResponseOutputItemDoneEvent, type="response.output_item.done",
+                                 output_index=item.output_index, item=done))
+        return events
+
+    # -- content parts ----------------------------------------------------------------------
+
+    def _part_delta(self, kind: PartKind, delta: OutputText | Refusal | ReasoningText) -> list[ResponseStreamEvent]:
+        item = self._state.open_item
+        assert item is not None
+        events: list[ResponseStreamEvent] = []
+        if not item.parts or item.parts[-1].kind != kind:
+            if item.parts:
+                events.extend(self._close_part(item, item.parts[-1]))
+            item.parts.append(_Part(kind))
+            events.append(self._emit(ResponseContentPartAddedEvent, type="response.content_part.added",
+                                     item_id=item.id, output_index=item.output_index,
+                                     content_index=len(item.parts) - 1, part=_part_model(item.parts[-1], "")))
+        part = item.parts[-1]
+        part.chunks.append(delta.text)
+        where = dict(item_id=item.id, output_index=item.output_index, content_index=len(item.parts) - 1)
+        if isinstance(delta, OutputText):
+            part.logprobs.extend(delta.logprobs)
+            events.append(self._emit(ResponseTextDeltaEvent, type="response.output_text.delta", delta=delta.text,
+                                     logprobs=[_delta_logprob(lp) for lp in delta.logprobs], **where))
+        elif isinstance(delta, Refusal):
+            events.append(self._emit(ResponseRefusalDeltaEvent, type="response.refusal.delta", delta=delta.text, **where))
+        else:
+            events.append(self._emit(ResponseReasoningTextDeltaEvent, type="response.reasoning_text.delta",
+                                     delta=delta.text, **where))
+        return events
+
+    def _close_part(self, item: _Item, part: _Part) -> list[ResponseStreamEvent]:
+        text = part.final_text = "".join(part.chunks)
+        where = dict(item_id=item.id, output_index=item.output_index, content_index=item.parts.index(part))
+        if part.kind == "output_text":
+            done = self._emit(ResponseTextDoneEvent, type="response.output_text.done", text=text,
+                              logprobs=[_delta_logprob(lp) for lp in part.logprobs], **where)
+        elif part.kind == "refusal":
+            done = self._emit(ResponseRefusalDoneEvent, type="response.refusal.done", refusal=text, **where)
+        else:
+            done = self._emit(ResponseReasoningTextDoneEvent, type="response.reasoning_text.done", text=text, **where)
+        return [done, self._emit(ResponseContentPartDoneEvent, type="response.content_part.done",
+                                     part=_part_model(part, text), **where)]
+
+    # -- the response -----------------------------------------------------------------------
+
+    def _terminal_event(self, finished: Finished) -> ResponseStreamEvent:
+        usage = _usage_model(finished)
+        if finished.reason == "stop":
+            response = self._snapshot("completed", usage=usage, completed_at=int(self._clock()))
+            event = self._emit(ResponseCompletedEvent, type="response.completed", response=response)
+        elif finished.reason == "length":
+            response = self._snapshot("incomplete", usage=usage,
+                                      incomplete_details=IncompleteDetails(reason="max_output_tokens"))
+            event = self._emit(ResponseIncompleteEvent, type="response.incomplete", response=response)
+        else:
+            message = finished.error_message or ("generation was aborted" if finished.reason == "abort"
+                                                 else "generation failed")
+            error = ResponseError(code=finished.error_code, message=message)  # type: ignore[arg-type]
+            response = self._snapshot("failed", usage=usage, error=error)
+            event = self._emit(ResponseFailedEvent, type="response.failed", response=response)
+        self._state.terminal = response
+        return event
+
+    def _snapshot(self, status: str, **update: Any) -> Response:
+        return self._template.model_copy(update={"status": status, "output": list(self._state.items), **update})
+
+    def _emit(self, event_type: type, **fields: Any) -> ResponseStreamEvent:
+        """The one place where events are created and sequence numbers assigned."""
+        event = event_type(sequence_number=self._state.sequence_number, **fields)
+        self._state.sequence_number += 1
+        return event
+
+
+def _item_model(item: _Item, status: ItemStatus) -> ResponseOutputItem:
+    if item.kind == "message":
+        content = [_part_model(p, p.final_text) for p in item.parts] if status != "in_progress" else []
+        return ResponseOutputMessage(type="message", id=item.id, role="assistant", status=status, content=content)
+    if item.kind == "reasoning":
+        content = [_part_model(p, p.final_text) for p in item.parts] if status != "in_progress" else []
+        return ResponseReasoningItem(type="reasoning", id=item.id, summary=[], content=content, status=status)
+    arguments = "".join(item.arguments) if status != "in_progress" else ""
+    extra = {"namespace": item.namespace} if item.namespace else {}
+    if item.kind == "function_call":
+        return ResponseFunctionToolCall(type="function_call", id=item.id, call_id=item.call_id, name=item.name,
+                                        arguments=arguments, status=status, **extra)
+    return ResponseCustomToolCall(type="custom_tool_call", id=item.id, call_id=item.call_id, name=item.name,
+                                  input=arguments, **extra)
+
+
+def _part_model(part: _Part, text: str | None) -> dict[str, Any]:
+    """A content part ("" while it streams); a dict, since each event module has its own part classes."""
+    text = text or ""
+    if part.kind == "output_text":
+        logprobs = [_output_logprob(lp) for lp in part.logprobs] if text else []
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
+    if part.kind == "refusal":
+        return {"type": "refusal", "refusal": text}
+    return {"type": "reasoning_text", "text": text}
+
+
+def _delta_logprob(lp: TokenLogprob) -> dict[str, Any]:
+    return {"token": lp.token, "logprob": lp.logprob,
+            "top_logprobs": [{"token": t, "logprob": p} for t, p in lp.top]}
+
+
+def _output_logprob(lp: TokenLogprob) -> dict[str, Any]:
+    return {"token": lp.token, "bytes": lp.bytes, "logprob": lp.logprob,
+            "top_logprobs": [{"token": t, "bytes": list(t.encode()), "logprob": p} for t, p in lp.top]}
+
+
+def _usage_model(finished: Finished) -> ResponseUsage:
+    u = finished.usage
+    return ResponseUsage(
+        input_tokens=u.input_tokens,
+        input_tokens_details=InputTokensDetails(cached_tokens=u.cached_tokens, cache_write_tokens=0),
+        output_tokens=u.output_tokens,
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=u.reasoning_tokens),
+        total_tokens=u.input_tokens + u.output_tokens,
+    )

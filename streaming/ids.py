@@ -1,0 +1,27 @@
+"""Id minting with OpenAI's prefixes; injected into the builder so tests can make ids deterministic."""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from typing import Callable
+
+IdFactory = Callable[[str], str]
+
+RESPONSE = "resp"
+MESSAGE = "msg"
+REASONING = "rs"
+FUNCTION_CALL = "fc"
+CUSTOM_TOOL_CALL = "ctc"
+CALL = "call"
+
+
+def random_id(prefix: str) -> str:
+    """A fresh id such as `msg_3f2a...` (48 hex digits, like OpenAI's)."""
+    return f"{prefix}_{secrets.token_hex(24)}"
+
+
+def counting_ids() -> IdFactory:
+    """Deterministic ids (`msg_1`, `msg_2`, ...) for tests and replays."""
+    counter = itertools.count(1)
+    return lambda prefix: f"{prefix}_{next(counter)}"
