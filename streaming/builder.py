@@ -170,6 +170,7 @@ class ResponseBuilder:
         if not self._state.items and self._state.open_item is None and finished.reason in ("stop", "length"):
             # An answer with no visible text is still one (empty) message.
             events.extend(self._open_item("message"))
+            events.extend(self._ensure_part("output_text"))
             events.extend(self._flush_whitespace())
         self._state.pending_whitespace.clear()
         events.extend(self._close_open_item("incomplete" if cut else "completed"))
@@ -277,14 +278,7 @@ class ResponseBuilder:
     def _part_delta(self, kind: PartKind, delta: OutputText | Refusal | ReasoningText) -> list[ResponseStreamEvent]:
         item = self._state.open_item
         assert item is not None
-        events: list[ResponseStreamEvent] = []
-        if not item.parts or item.parts[-1].kind != kind:
-            if item.parts:
-                events.extend(self._close_part(item, item.parts[-1]))
-            item.parts.append(_Part(kind))
-            events.append(self._emit(ResponseContentPartAddedEvent, type="response.content_part.added",
-                                     item_id=item.id, output_index=item.output_index,
-                                     content_index=len(item.parts) - 1, part=_part_model(item.parts[-1], "")))
+        events = self._ensure_part(kind)
         part = item.parts[-1]
         part.chunks.append(delta.text)
         where = dict(item_id=item.id, output_index=item.output_index, content_index=len(item.parts) - 1)
@@ -297,6 +291,19 @@ class ResponseBuilder:
         else:
             events.append(self._emit(ResponseReasoningTextDeltaEvent, type="response.reasoning_text.delta",
                                      delta=delta.text, **where))
+        return events
+
+    def _ensure_part(self, kind: PartKind) -> list[ResponseStreamEvent]:
+        """Open a content part of this kind in the open item unless the last part is one."""
+        item = self._state.open_item
+        assert item is not None
+        if item.parts and item.parts[-1].kind == kind:
+            return []
+        events = self._close_part(item, item.parts[-1]) if item.parts else []
+        item.parts.append(_Part(kind))
+        events.append(self._emit(ResponseContentPartAddedEvent, type="response.content_part.added",
+                                 item_id=item.id, output_index=item.output_index,
+                                 content_index=len(item.parts) - 1, part=_part_model(item.parts[-1], "")))
         return events
 
     def _close_part(self, item: _Item, part: _Part) -> list[ResponseStreamEvent]:
@@ -354,8 +361,9 @@ def _item_model(item: _Item, status: ItemStatus) -> ResponseOutputItem:
     if item.kind == "function_call":
         return ResponseFunctionToolCall(type="function_call", id=item.id, call_id=item.call_id, name=item.name,
                                         arguments=arguments, status=status, **extra)
+    # The SDK's custom_tool_call has no `status` field; it is sent anyway, as for every other item.
     return ResponseCustomToolCall(type="custom_tool_call", id=item.id, call_id=item.call_id, name=item.name,
-                                  input=arguments, **extra)
+                                  input=arguments, status=status, **extra)
 
 
 def _part_model(part: _Part, text: str | None) -> dict[str, Any]:

@@ -1,0 +1,14 @@
+# `make serve`: set up and serve the bundled model on http://127.0.0.1:8000/v1 (pass flags with ARGS="...").
+# `make test`: set up and run the whole test suite (pass pytest flags with PYTEST_ARGS="...").
+VENV ?= .venv
+
+.PHONY: setup serve test bench
+
+setup:
+	@bash scripts/setup.sh
+
+serve: setup
+	$(VENV)/bin/responses-server $(ARGS)
+
+test: setup
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

@@ -1,0 +1,47 @@
+"""A test double for the engine: plays scripted steps of token ids, and remembers what was aborted."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from server.engine import EngineRequest, EngineStep
+
+
+@dataclass
+class ScriptedEngine:
+    """Each request plays the next script (cycling): EngineSteps, where an exception in place of a step is raised."""
+
+    tokenizer: Any
+    scripts: list[Any]
+    max_model_len: int = 8192
+    step_delay: float = 0.0
+    requests: list[EngineRequest] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
+        script = self.scripts[len(self.requests) % len(self.scripts)]
+        self.requests.append(request)
+        done = False
+        try:
+            for step in script if isinstance(script, list) else [script]:
+                await asyncio.sleep(self.step_delay)
+                if isinstance(step, Exception):
+                    raise step
+                yield step
+            done = True
+        finally:
+            (self.finished if done else self.aborted).append(request.request_id)
+
+    async def shutdown(self) -> None:
+        return None
+
+
+def steps_from_tokens(token_ids: list[int], cuts: list[int], finish: Any = "stop") -> list[Any]:
+    """Split token ids into engine steps at the given cut positions; the last step carries the finish."""
+    bounds = [0, *sorted({c for c in cuts if 0 < c < len(token_ids)}), len(token_ids)]
+    chunks = [token_ids[a:b] for a, b in zip(bounds, bounds[1:])] or [[]]
+    return [EngineStep(token_ids=chunk, finish_reason=finish if i == len(chunks) - 1 else None)
+            for i, chunk in enumerate(chunks)]

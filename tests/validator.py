@@ -1,0 +1,182 @@
+"""The event-sequence validator: checks every invariant of shared/contract.md on one stream of events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
+
+_EVENT = TypeAdapter(ResponseStreamEvent)
+_TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
+_TERMINAL_STATUS = {"response.completed": "completed", "response.incomplete": "incomplete",
+                    "response.failed": "failed"}
+# delta type -> (done type, field of the done event holding the full value)
+_PART_DELTAS = {
+    "response.output_text.delta": ("response.output_text.done", "text", "output_text"),
+    "response.refusal.delta": ("response.refusal.done", "refusal", "refusal"),
+    "response.reasoning_text.delta": ("response.reasoning_text.done", "text", "reasoning_text"),
+}
+_PART_DONES = {done: (value, kind) for done, value, kind in _PART_DELTAS.values()}
+_TOOL_DELTAS = {
+    "response.function_call_arguments.delta": ("function_call", "arguments"),
+    "response.custom_tool_call_input.delta": ("custom_tool_call", "input"),
+}
+_TOOL_DONES = {
+    "response.function_call_arguments.done": ("function_call", "arguments"),
+    "response.custom_tool_call_input.done": ("custom_tool_call", "input"),
+}
+
+
+class ContractViolation(AssertionError):
+    """A stream broke the Responses streaming contract."""
+
+
+@dataclass
+class _OpenItem:
+    index: int
+    item: dict[str, Any]
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    part_open: bool = False
+    part_text: list[str] = field(default_factory=list)
+    part_done_value: str | None = None
+    tool_text: list[str] = field(default_factory=list)
+    tool_done: bool = False
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ContractViolation(message)
+
+
+def validate_events(raw_events: list[dict[str, Any]]) -> Response:
+    """Validate a whole stream (JSON objects, as sent); return the terminal response."""
+    _check(len(raw_events) >= 3, f"a stream has created, in_progress and a terminal event; got {len(raw_events)}")
+    events = [_EVENT.validate_python(event) for event in raw_events]  # every event is an SDK model
+    for number, event in enumerate(events):
+        _check(event.sequence_number == number, f"sequence_number {event.sequence_number} at position {number}")
+    _check(events[0].type == "response.created", f"first event is {events[0].type}")
+    _check(events[0].response.output == [], "response.created carries an empty output")
+    _check(events[1].type == "response.in_progress", f"second event is {events[1].type}")
+    terminals = [e for e in events if e.type in _TERMINAL]
+    _check(len(terminals) == 1 and events[-1] is terminals[0], "exactly one terminal event, and it is last")
+    response_id = events[0].response.id
+    for event in (events[0], events[1], events[-1]):
+        _check(event.response.id == response_id, "the response id changed during the stream")
+
+    done_items = _validate_items(raw_events[2:-1])
+    final = events[-1].response
+    _check(final.status == _TERMINAL_STATUS[events[-1].type], f"{events[-1].type} with status {final.status}")
+    final_output = raw_events[-1]["response"]["output"]
+    _check(final_output == done_items, "the final output differs from the output_item.done items")
+    _validate_terminal(events[-1].type, final, raw_events[-1]["response"])
+    return final
+
+
+def _validate_items(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    done_items: list[dict[str, Any]] = []
+    current: _OpenItem | None = None
+    for event in raw:
+        kind = event["type"]
+        if kind == "response.output_item.added":
+            _check(current is None, "an item was added before the previous one was done (interleaving)")
+            _check(event["output_index"] == len(done_items), f"output_index {event['output_index']} is not next")
+            item = event["item"]
+            _check(bool(item.get("id")), "an added item has an id")
+            _check(item.get("status", "in_progress") == "in_progress", "an added item is in_progress")
+            _check(not item.get("content"), "an added item has empty content")
+            current = _OpenItem(event["output_index"], item)
+            continue
+        _check(current is not None, f"{kind} arrived with no open item")
+        assert current is not None
+        _check(event.get("output_index") == current.index, f"{kind} for output_index {event.get('output_index')}")
+        if "item_id" in event:
+            _check(event["item_id"] == current.item["id"], f"{kind} carries item_id of another item")
+        if kind == "response.output_item.done":
+            _close_item(current, event["item"])
+            done_items.append(event["item"])
+            current = None
+        else:
+            _part_or_tool_event(current, kind, event)
+    _check(current is None, "an item was never done")
+    return done_items
+
+
+def _part_or_tool_event(current: _OpenItem, kind: str, event: dict[str, Any]) -> None:
+    if kind == "response.content_part.added":
+        _check(not current.part_open, "a content part was added while another is open")
+        _check(event["content_index"] == len(current.parts), "content_index is not next")
+        current.part_open, current.part_text, current.part_done_value = True, [], None
+        current.parts.append(event["part"])
+    elif kind in _PART_DELTAS:
+        _check(current.part_open and current.part_done_value is None, f"{kind} outside an open part")
+        _check(event["content_index"] == len(current.parts) - 1, f"{kind} for the wrong content_index")
+        _check(current.parts[-1]["type"] == _PART_DELTAS[kind][2], f"{kind} in a {current.parts[-1]['type']} part")
+        if kind == "response.output_text.delta":
+            _check(isinstance(event.get("logprobs"), list), "output_text.delta carries a logprobs list")
+        current.part_text.append(event["delta"])
+    elif kind in _PART_DONES:
+        value_field, part_kind = _PART_DONES[kind]
+        _check(current.part_open and current.parts[-1]["type"] == part_kind, f"{kind} outside its part")
+        _check(event[value_field] == "".join(current.part_text), f"{kind} differs from its concatenated deltas")
+        current.part_done_value = event[value_field]
+    elif kind == "response.content_part.done":
+        _check(current.part_done_value is not None, "content_part.done before the part's done event")
+        part = event["part"]
+        value_field = "refusal" if part["type"] == "refusal" else "text"
+        _check(part[value_field] == current.part_done_value, "content_part.done carries another value")
+        current.parts[-1] = part
+        current.part_open = False
+    elif kind in _TOOL_DELTAS:
+        _check(current.item["type"] == _TOOL_DELTAS[kind][0], f"{kind} for a {current.item['type']} item")
+        _check(not current.tool_done, f"{kind} after the done event")
+        current.tool_text.append(event["delta"])
+    elif kind in _TOOL_DONES:
+        item_type, value_field = _TOOL_DONES[kind]
+        _check(current.item["type"] == item_type, f"{kind} for a {current.item['type']} item")
+        _check(event[value_field] == "".join(current.tool_text), f"{kind} differs from its concatenated deltas")
+        if kind == "response.function_call_arguments.done":
+            _check(event.get("name") == current.item["name"], "function_call_arguments.done names the call")
+        current.tool_done = True
+    else:
+        raise ContractViolation(f"unexpected event {kind} inside an item")
+
+
+def _close_item(current: _OpenItem, item: dict[str, Any]) -> None:
+    added = current.item
+    _check(item["id"] == added["id"] and item["type"] == added["type"], "output_item.done changed the item identity")
+    _check(item.get("call_id") == added.get("call_id"), "output_item.done changed the call_id")
+    _check(not current.part_open, "output_item.done while a content part is open")
+    _check(item.get("status") in ("completed", "incomplete"), f"a done item has status {item.get('status')}")
+    if item["type"] in ("message", "reasoning"):
+        _check(item.get("content") == current.parts, "the done item's content differs from its done parts")
+    if item["type"] == "reasoning":
+        _check(isinstance(item.get("summary"), list), "a reasoning item has a summary list")
+    for tool_type, value_field in _TOOL_DONES.values():
+        if item["type"] == tool_type:
+            _check(current.tool_done, f"{tool_type} closed without its done event")
+            _check(item[value_field] == "".join(current.tool_text), f"{tool_type} {value_field} differ from deltas")
+
+
+def _validate_terminal(kind: str, final: Response, raw: dict[str, Any]) -> None:
+    usage = raw.get("usage")
+    _check(usage is not None, "the terminal response carries usage")
+    assert usage is not None
+    for key in ("input_tokens", "output_tokens", "total_tokens"):
+        _check(isinstance(usage[key], int), f"usage.{key} is an integer")
+    _check(isinstance(usage["input_tokens_details"]["cached_tokens"], int), "usage has cached_tokens")
+    _check(isinstance(usage["output_tokens_details"]["reasoning_tokens"], int), "usage has reasoning_tokens")
+    _check(usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"], "total = input + output")
+    if kind == "response.incomplete":
+        _check(final.incomplete_details is not None and final.incomplete_details.reason == "max_output_tokens",
+               "an incomplete response says why")
+    statuses = [item.get("status") for item in raw["output"]]
+    _check("incomplete" not in statuses[:-1], "only the last item can be the one cut off")
+    if kind == "response.completed":
+        _check("incomplete" not in statuses, "a completed response has no incomplete item")
+    if kind == "response.failed":
+        _check(final.error is not None and bool(final.error.code) and bool(final.error.message),
+               "a failed response carries an error with code and message")
+    if kind == "response.completed":
+        _check(final.error is None and final.incomplete_details is None, "a completed response has no error")
