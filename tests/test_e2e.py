@@ -1,0 +1,159 @@
+"""End to end: `responses-server` as a subprocess on the real CPU engine with the bundled model, real clients."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+from openai import AsyncOpenAI, OpenAI
+
+from server.bundled_model import BUNDLED_MODEL_NAME
+from server.recording import read_recordings
+from tests.conftest import free_port
+from tests.helpers import collapsed_types, without_volatile
+from tests.sse import events_of, parse_frames
+from tests.validator import validate_events
+
+pytestmark = pytest.mark.e2e
+MODEL = BUNDLED_MODEL_NAME
+QUESTION = "What is the capital of France?"
+START_TIMEOUT = 600
+
+
+class RunningServer:
+    """A `python -m server` subprocess and the clients that talk to it."""
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.log = log
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "server", "--port", str(self.port), *args],
+            stdout=log.open("w"), stderr=subprocess.STDOUT, env=env,
+        )
+        self._wait_until_healthy()
+        self.client = OpenAI(base_url=self.base_url, api_key="unused", _strict_response_validation=True,
+                             max_retries=0, timeout=300)
+
+    def _wait_until_healthy(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited:\n{self.log.read_text()[-4000:]}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        self.stop()
+        raise RuntimeError(f"server did not become healthy:\n{self.log.read_text()[-4000:]}")
+
+    def raw_stream(self, **body: Any) -> list[dict[str, Any]]:
+        with httpx.stream("POST", f"{self.base_url}/responses", json={"model": MODEL, "stream": True, **body},
+                          timeout=300) as response:
+            assert response.status_code == 200, response.read()
+            return events_of(parse_frames(response.iter_lines()))
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+@pytest.fixture(scope="module")
+def recording_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("recording") / "engine-output.jsonl"
+
+
+@pytest.fixture(scope="module")
+def live(recording_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """The README's serve command (bundled model, no flags) plus a port and a recording file."""
+    log = tmp_path_factory.mktemp("logs") / "live.log"
+    server = RunningServer(["--record-engine-output", str(recording_file), "--keepalive-interval", "5"], log)
+    yield server
+    server.stop()
+
+
+def test_sdk_streams_a_real_answer(live: RunningServer) -> None:
+    stream = live.client.responses.create(model=MODEL, input=QUESTION, stream=True, temperature=0)
+    events = list(stream)  # strict validation: every event parses as the SDK's model
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert "Paris" in text
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_sdk_stream_helper_accumulates(live: RunningServer) -> None:
+    with live.client.responses.stream(model=MODEL, input=QUESTION, temperature=0) as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+    assert "Paris" in final.output_text
+    assert final.usage is not None and final.usage.output_tokens > 0 and final.usage.input_tokens > 10
+
+
+def test_raw_sse_follows_the_contract(live: RunningServer) -> None:
+    events = live.raw_stream(input=QUESTION, temperature=0)
+    final = validate_events(events)
+    assert final.status == "completed" and "Paris" in final.output_text
+
+
+def test_truncation_is_incomplete(live: RunningServer) -> None:
+    events = live.raw_stream(input="Write a long story about a dragon.", max_output_tokens=5)
+    final = validate_events(events)
+    assert events[-1]["type"] == "response.incomplete"
+    assert final.usage is not None and final.usage.output_tokens == 5
+
+
+def test_non_streaming_matches_streaming(live: RunningServer) -> None:
+    body = live.client.responses.create(model=MODEL, input=QUESTION, temperature=0)
+    events = live.raw_stream(input=QUESTION, temperature=0)
+    assert body.output_text == events[-1]["response"]["output"][0]["content"][0]["text"]
+
+
+def test_openai_agents_run_streamed(live: RunningServer) -> None:
+    from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
+
+    set_tracing_disabled(True)
+
+    async def run() -> tuple[Any, list[str]]:
+        client = AsyncOpenAI(base_url=live.base_url, api_key="unused", max_retries=0)
+        agent = Agent(name="assistant", instructions="Answer in one short sentence.",
+                      model=OpenAIResponsesModel(model=MODEL, openai_client=client))
+        result = Runner.run_streamed(agent, QUESTION, max_turns=1)
+        kinds = [event.type async for event in result.stream_events()]
+        return result.final_output, kinds
+
+    final_output, kinds = asyncio.run(run())
+    assert isinstance(final_output, str) and final_output.strip()
+    assert "raw_response_event" in kinds
+
+
+def test_record_then_replay_gives_the_same_events(live: RunningServer, recording_file: Path,
+                                                  bundled_model: Path, tmp_path: Path) -> None:
+    recorded = live.raw_stream(input="Name three colors.", temperature=0, max_output_tokens=24)
+    last = read_recordings(recording_file)[-1]
+    assert sum(len(step) for step in last.steps) == recorded[-1]["response"]["usage"]["output_tokens"]
+    single = tmp_path / "one.jsonl"
+    single.write_text(last.to_json() + "\n")
+    replay = RunningServer(["--model", str(bundled_model), "--served-model-name", MODEL,
+                            "--replay-engine-output", str(single)], tmp_path / "replay.log")
+    try:
+        replayed = replay.raw_stream(input="Name three colors.", temperature=0, max_output_tokens=24)
+    finally:
+        replay.stop()
+    validate_events(replayed)
+    assert collapsed_types(replayed) == collapsed_types(recorded)
+    assert [e.get("delta") for e in replayed] == [e.get("delta") for e in recorded]
+    assert without_volatile(replayed[-1]["response"]) == without_volatile(recorded[-1]["response"])
