@@ -89,7 +89,7 @@ class VllmEngine:
                 token_ids=list(completion.token_ids),
                 finish_reason=_FINISH_REASONS.get(finish, "error") if finish else None,
                 cached_tokens=(output.num_cached_tokens or 0) if first else 0,
-                logprobs=_step_logprobs(completion.token_ids, completion.logprobs),
+                logprobs=_step_logprobs(completion.token_ids, completion.logprobs, request.sampling.logprobs or 0),
             )
             first = False
 
@@ -117,16 +117,15 @@ def _sampling_params(request: EngineRequest) -> Any:
     return SamplingParams(**options)
 
 
-def _step_logprobs(token_ids: Any, logprobs: Any) -> list[StepLogprob]:
+def _step_logprobs(token_ids: Any, logprobs: Any, top_k: int) -> list[StepLogprob]:
+    """vLLM gives the sampled token plus the top k by rank (1-based); the sampled one may be outside the k."""
     if not logprobs:
         return []
     steps = []
     for token_id, candidates in zip(token_ids, logprobs):
         chosen = candidates[token_id].logprob
-        top = tuple(
-            (other, entry.logprob)
-            for other, entry in sorted(candidates.items(), key=lambda kv: kv[1].rank or 0)
-            if entry.rank and entry.rank > 0
-        )
+        ranked = sorted((entry.rank, other, entry.logprob) for other, entry in candidates.items()
+                        if entry.rank is not None and 0 < entry.rank <= top_k)
+        top = tuple((other, logprob) for _, other, logprob in ranked)
         steps.append(StepLogprob(token_id=token_id, logprob=chosen, top=top))
     return steps

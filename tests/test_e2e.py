@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -157,3 +158,46 @@ def test_record_then_replay_gives_the_same_events(live: RunningServer, recording
     assert collapsed_types(replayed) == collapsed_types(recorded)
     assert [e.get("delta") for e in replayed] == [e.get("delta") for e in recorded]
     assert without_volatile(replayed[-1]["response"]) == without_volatile(recorded[-1]["response"])
+
+
+@pytest.fixture(scope="module")
+def codex(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Codex CLI from the npm registry (its native binary arrives as an npm optional dependency)."""
+    prefix = tmp_path_factory.mktemp("codex")
+    subprocess.run(["npm", "install", "--silent", "--prefix", str(prefix), "@openai/codex"], check=True,
+                   timeout=600, capture_output=True)
+    return prefix / "node_modules" / ".bin" / "codex"
+
+
+def test_codex_exec_text_turn_completes(live: RunningServer, codex: Path, tmp_path: Path) -> None:
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / "config.toml").write_text(
+        f'model = "{MODEL}"\nmodel_provider = "local"\n\n[model_providers.local]\nname = "responses-server"\n'
+        f'base_url = "{live.base_url}"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n')
+    run = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "--json", "Say hello in one word."],
+                         cwd=work, env={**os.environ, "CODEX_HOME": str(home), "LOCAL_API_KEY": "x"},
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    kinds = [event["type"] for event in events]
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "turn.completed" in kinds and "turn.failed" not in kinds, run.stdout[-2000:]
+    usage = next(event["usage"] for event in events if event["type"] == "turn.completed")
+    assert usage["input_tokens"] > 1000 and usage["output_tokens"] > 0  # Codex's prompt fits the context
+    assert any(event.get("item", {}).get("type") == "agent_message" for event in events)
+
+
+def test_logprobs_and_prefix_cache_usage(live: RunningServer) -> None:
+    events = live.raw_stream(input=QUESTION, temperature=0, max_output_tokens=4,
+                             include=["message.output_text.logprobs"], top_logprobs=2)
+    validate_events(events)
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    logprobs = [lp for d in deltas for lp in d["logprobs"]]
+    assert len(logprobs) == 4 and all(len(lp["top_logprobs"]) == 2 for lp in logprobs)
+    assert all(lp["logprob"] <= 0 for lp in logprobs)
+    long_prompt = "Tell me about Paris. " * 150  # several KV-cache blocks
+    first = live.client.responses.create(model=MODEL, input=long_prompt, max_output_tokens=2)
+    second = live.client.responses.create(model=MODEL, input=long_prompt, max_output_tokens=2)
+    assert first.usage is not None and second.usage is not None
+    assert second.usage.input_tokens_details.cached_tokens > 0

@@ -1,0 +1,82 @@
+"""Input items -> chat messages, and rendering with the bundled model's chat template."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from server.errors import APIError
+from server.prompt import ChatTemplateRenderer, chat_messages, function_tools
+from server.requests import ResponsesRequest
+
+CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = [
+    ("string input", {"input": "hi"}, [{"role": "user", "content": "hi"}]),
+    ("instructions become the system message", {"instructions": "be brief", "input": "hi"},
+     [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]),
+    ("developer maps to system", {"input": [{"role": "developer", "content": "rules"}]},
+     [{"role": "system", "content": "rules"}]),
+    ("content parts are joined", {"input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}]}]},
+     [{"role": "user", "content": "ab"}]),
+    ("output-shaped assistant message with id and status", {"input": [
+        {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+         "content": [{"type": "output_text", "text": "yes", "annotations": []}]}]},
+     [{"role": "assistant", "content": "yes"}]),
+    ("function call and its output", {"input": [
+        {"role": "user", "content": "weather?"},
+        {"type": "function_call", "call_id": "c1", "name": "get", "arguments": "{\"city\": \"Paris\"}"},
+        {"type": "function_call", "call_id": "c2", "name": "get", "arguments": "{\"city\": \"Rome\"}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        {"type": "function_call_output", "call_id": "c2", "output": "rain"}]},
+     [{"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": "", "tool_calls": [
+          {"id": "c1", "type": "function", "function": {"name": "get", "arguments": {"city": "Paris"}}},
+          {"id": "c2", "type": "function", "function": {"name": "get", "arguments": {"city": "Rome"}}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+      {"role": "tool", "tool_call_id": "c2", "content": "rain"}]),
+    ("text then a call in one assistant turn", {"input": [
+        {"role": "assistant", "content": "Let me check."},
+        {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": ""}]},
+     [{"role": "assistant", "content": "Let me check.", "tool_calls": [
+         {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": {}}}]}]),
+    ("custom tool call and output", {"input": [
+        {"type": "custom_tool_call", "call_id": "c9", "name": "apply_patch", "input": "*** Begin"},
+        {"type": "custom_tool_call_output", "call_id": "c9", "output": "done"}]},
+     [{"role": "assistant", "content": "", "tool_calls": [
+         {"id": "c9", "type": "function", "function": {"name": "apply_patch", "arguments": {"input": "*** Begin"}}}]},
+      {"role": "tool", "tool_call_id": "c9", "content": "done"}]),
+    ("reasoning items are not rendered", {"input": [
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "x"}]},
+        {"role": "user", "content": "hi"}]},
+     [{"role": "user", "content": "hi"}]),
+]
+
+
+@pytest.mark.parametrize(("body", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_chat_messages(body: dict[str, Any], expected: list[dict[str, Any]]) -> None:
+    assert chat_messages(ResponsesRequest.model_validate(body)) == expected
+
+
+def test_only_function_tools_reach_the_template() -> None:
+    request = ResponsesRequest.model_validate({"input": "x", "tools": [
+        {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}},
+        {"type": "web_search"}, {"type": "custom", "name": "apply_patch"}]})
+    assert [t["function"]["name"] for t in function_tools(request)] == ["f"]
+
+
+def test_rendering_with_the_bundled_template(tokenizer: Any) -> None:
+    renderer = ChatTemplateRenderer(tokenizer)
+    ids = renderer.render(ResponsesRequest.model_validate({"instructions": "Be brief.", "input": "Hello there"}))
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    assert text.startswith("<|im_start|>system\nBe brief.<|im_end|>")
+    assert "<|im_start|>user\nHello there<|im_end|>" in text
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_unsupported_content_is_a_client_error(tokenizer: Any) -> None:
+    request = ResponsesRequest.model_validate(
+        {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "data:"}]}]})
+    with pytest.raises(APIError) as caught:
+        ChatTemplateRenderer(tokenizer).render(request)
+    assert caught.value.status == 400 and caught.value.param == "input[0]"
