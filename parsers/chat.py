@@ -1,0 +1,38 @@
+"""The output parser for chat-template models: optional reasoning split, then optional tool-call parsing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from parsers.deltas import Delta, OutputText
+from parsers.hermes import HermesToolParser
+from parsers.reasoning import ThinkingParser
+
+
+@dataclass
+class ChatParser:
+    """Text goes through the reasoning parser (if any); its answer text through the tool parser (if any)."""
+
+    reasoning: ThinkingParser | None = None
+    tools: HermesToolParser | None = None
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return self.reasoning.reasoning_tokens if self.reasoning else 0
+
+    def feed(self, token_ids: Sequence[int], text: str) -> list[Delta]:
+        deltas = self.reasoning.feed(token_ids, text) if self.reasoning else ([OutputText(text)] if text else [])
+        return self._tool_pass(deltas)
+
+    def finish(self) -> list[Delta]:
+        deltas = self._tool_pass(self.reasoning.finish() if self.reasoning else [])
+        return deltas + (self.tools.finish() if self.tools else [])
+
+    def _tool_pass(self, deltas: list[Delta]) -> list[Delta]:
+        if self.tools is None:
+            return deltas
+        out: list[Delta] = []
+        for delta in deltas:
+            out += self.tools.feed_text(delta.text) if isinstance(delta, OutputText) else [delta]
+        return out

@@ -1,0 +1,37 @@
+"""The tools a request offers, as parsers see them: the name the model writes -> what the call becomes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+NAMESPACE_SEPARATOR = "__"
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One callable tool: its API name, its kind, and the namespace it was flattened from."""
+
+    name: str
+    kind: Literal["function", "custom"] = "function"
+    namespace: str | None = None
+
+    @property
+    def model_name(self) -> str:
+        """The name the model sees and writes (namespaced tools are flattened as `ns__name`)."""
+        return f"{self.namespace}{NAMESPACE_SEPARATOR}{self.name}" if self.namespace else self.name
+
+
+@dataclass(frozen=True)
+class ToolTable:
+    """Lookup from the name the model writes to the tool it means; unknown names stay function calls."""
+
+    tools: tuple[ToolSpec, ...] = ()
+    _by_model_name: dict[str, ToolSpec] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        for tool in self.tools:
+            self._by_model_name[tool.model_name] = tool
+
+    def lookup(self, model_name: str) -> ToolSpec:
+        return self._by_model_name.get(model_name) or ToolSpec(model_name)
