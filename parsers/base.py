@@ -12,8 +12,11 @@ class OutputParser(Protocol):
 
     reasoning_tokens: int
 
-    def feed(self, token_ids: Sequence[int], text: str) -> list[Delta]:
-        """Deltas for one engine step; may hold back text that could start a tag."""
+    def feed(self, token_ids: Sequence[int], text: str, token_ends: Sequence[int] | None = None) -> list[Delta]:
+        """Deltas for one engine step; may hold back text that could start a tag.
+
+        `token_ends[i]` is where token i's text ends within `text` (for exact per-token accounting).
+        """
         ...
 
     def finish(self) -> list[Delta]:

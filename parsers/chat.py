@@ -21,8 +21,11 @@ class ChatParser:
     def reasoning_tokens(self) -> int:
         return self.reasoning.reasoning_tokens if self.reasoning else 0
 
-    def feed(self, token_ids: Sequence[int], text: str) -> list[Delta]:
-        deltas = self.reasoning.feed(token_ids, text) if self.reasoning else ([OutputText(text)] if text else [])
+    def feed(self, token_ids: Sequence[int], text: str, token_ends: Sequence[int] | None = None) -> list[Delta]:
+        if self.reasoning:
+            deltas = self.reasoning.feed(token_ids, text, token_ends)
+        else:
+            deltas = [OutputText(text)] if text else []
         return self._tool_pass(deltas)
 
     def finish(self) -> list[Delta]:

@@ -26,11 +26,21 @@ class IncrementalDecoder:
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """The text that the new tokens complete; incomplete characters wait for the next call."""
-        if not token_ids:
-            return ""
+        return self.decode_step(token_ids)[0]
+
+    def decode_step(self, token_ids: Sequence[int]) -> tuple[str, list[int]]:
+        """The step's text and, for each token, where its text ends in it (a held-back token ends where it began)."""
+        pieces = [self._decode_one(token_id) for token_id in token_ids]
+        ends, total = [], 0
+        for piece in pieces:
+            total += len(piece)
+            ends.append(total)
+        return "".join(pieces), ends
+
+    def _decode_one(self, token_id: int) -> str:
         if self._stream is not None:
-            return self._stream.step(self._backend, list(token_ids)) or ""
-        return self._decode_windowed(token_ids)
+            return self._stream.step(self._backend, token_id) or ""
+        return self._decode_windowed([token_id])
 
     def flush(self) -> str:
         """Nothing is ever emitted as U+FFFD mid-stream; at the end, leftover bytes are dropped."""

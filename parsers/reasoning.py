@@ -50,16 +50,20 @@ class ThinkingParser:
     _at_start: bool = True  # nothing but whitespace seen yet: an opening tag may still come
     _after_reasoning: bool = False  # just left reasoning: drop the answer's leading whitespace
 
-    def feed(self, token_ids: Sequence[int], text: str) -> list[Delta]:
-        was_reasoning = self.in_reasoning
-        deltas = self._split(text)
-        if was_reasoning and self.in_reasoning:
-            self.reasoning_tokens += len(token_ids)
-        elif was_reasoning or self.in_reasoning:  # the mode changed inside this step: share by characters
-            reasoning = sum(len(d.text) for d in deltas if isinstance(d, ReasoningText))
-            total = sum(len(d.text) for d in deltas)  # type: ignore[union-attr]
-            self.reasoning_tokens += round(len(token_ids) * reasoning / total) if total else 0
-        return deltas
+    def feed(self, token_ids: Sequence[int], text: str, token_ends: Sequence[int] | None = None) -> list[Delta]:
+        """Split the step token by token, so reasoning tokens are counted exactly under any step grouping."""
+        if token_ends is None or len(token_ends) != len(token_ids):
+            token_ends = [len(text)] * len(token_ids)  # no per-token offsets: the step counts as its last token
+        deltas: list[Delta] = []
+        start = 0
+        for end in token_ends:
+            was_reasoning = self.in_reasoning
+            deltas += self._split(text[start:end])
+            if was_reasoning or self.in_reasoning:  # the tokens that open and close reasoning count too
+                self.reasoning_tokens += 1
+            start = end
+        deltas += self._split(text[start:])
+        return _merged(deltas)
 
     def finish(self) -> list[Delta]:
         return self._emit(self._scanner.flush())
@@ -95,3 +99,14 @@ class ThinkingParser:
             text = text.lstrip()
             self._after_reasoning = not text
         return [OutputText(text)] if text else []
+
+
+def _merged(deltas: list[Delta]) -> list[Delta]:
+    """Adjacent pieces of the same kind joined, so per-token splitting does not multiply events."""
+    out: list[Delta] = []
+    for delta in deltas:
+        if out and type(out[-1]) is type(delta) and isinstance(delta, (OutputText, ReasoningText)):
+            out[-1] = type(delta)(out[-1].text + delta.text)  # type: ignore[union-attr]
+        else:
+            out.append(delta)
+    return out

@@ -9,8 +9,6 @@ from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI
 
-from parsers.base import OutputParser
-from parsers.plain import PlainTextParser
 from server import errors
 from server.config import ServerConfig
 from server.engine import Engine
@@ -30,7 +28,6 @@ class ServingContext:
     clock: Callable[[], float] = time.time
     engine: Engine | None = None
     renderer: Any = None
-    parser_factory: Callable[[], OutputParser] = PlainTextParser
     started_at: int = field(default_factory=lambda: int(time.time()))
 
     def start(self) -> None:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from parsers.registry import check_names
 from server.config import ServerConfig
 
 
@@ -85,13 +86,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     from server.app import ServingContext, create_app
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_names(args.reasoning_parser or None, args.tool_call_parser)
+    except ValueError as exc:
+        parser.error(str(exc))
     resolve_model(args)
     config = ServerConfig(
         served_model_name=served_name(args),
         api_key=args.api_key,
         keepalive_seconds=args.keepalive_interval,
-        reasoning_parser=args.reasoning_parser,
+        reasoning_parser=args.reasoning_parser or None,
         tool_call_parser=args.tool_call_parser,
     )
     app = create_app(ServingContext(config=config, engine_factory=engine_factory(args)))

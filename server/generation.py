@@ -57,8 +57,8 @@ class ResponseRun:
             yield event
 
     def _parse(self, step: EngineStep) -> list[Any]:
-        text = self.decoder.decode(step.token_ids)
-        deltas = self.parser.feed(step.token_ids, text)
+        text, token_ends = self.decoder.decode_step(step.token_ids)
+        deltas = self.parser.feed(step.token_ids, text, token_ends)
         if step.logprobs and self.token_text is not None:
             deltas = _attach_logprobs(deltas, [self._logprob(lp) for lp in step.logprobs])
         return deltas

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
+from parsers.tools import NAMESPACE_SEPARATOR, ToolSpec, ToolTable
 from server.errors import APIError
 from server.requests import (
     CustomToolCallItem,
@@ -73,17 +75,86 @@ def _json_or_text(arguments: str) -> Any:
         return arguments
 
 
-def function_tools(request: ResponsesRequest) -> list[dict[str, Any]]:
-    """The request's function tools in chat-completions form; other tool types are not run here."""
-    tools = []
+def tool_table(request: ResponsesRequest) -> ToolTable | None:
+    """The tools the model may call (functions, Codex namespaces flattened, custom tools); None: no tools."""
+    if request.tool_choice == "none":
+        return None
+    specs: list[ToolSpec] = []
     for tool in request.tools:
-        if tool.get("type") == "function" and tool.get("name"):
-            tools.append({"type": "function", "function": {
-                "name": tool["name"],
-                "description": tool.get("description") or "",
-                "parameters": tool.get("parameters") or {"type": "object", "properties": {}},
-            }})
-    return tools
+        kind = tool.get("type")
+        if kind == "function" and tool.get("name"):
+            specs.append(ToolSpec(tool["name"]))
+        elif kind == "custom" and tool.get("name"):
+            specs.append(ToolSpec(tool["name"], kind="custom"))
+        elif kind == "namespace" and tool.get("name"):
+            specs += [ToolSpec(t["name"], namespace=tool["name"])
+                      for t in tool.get("tools") or [] if t.get("type") == "function" and t.get("name")]
+    return ToolTable(tuple(specs)) if specs else None
+
+
+def function_tools(request: ResponsesRequest) -> list[dict[str, Any]]:
+    """The callable tools in chat-completions form, under the names the model writes."""
+    definitions = {}
+    for tool in request.tools:
+        if tool.get("type") == "namespace":
+            for member in tool.get("tools") or []:
+                definitions[f"{tool.get('name')}{NAMESPACE_SEPARATOR}{member.get('name')}"] = member
+        elif tool.get("name"):
+            definitions[tool["name"]] = tool
+    table = tool_table(request)
+    if table is None:
+        return []
+    return [_function_definition(spec.model_name, spec.kind, definitions.get(spec.model_name, {}))
+            for spec in table.tools]
+
+
+def _function_definition(name: str, kind: str, tool: dict[str, Any]) -> dict[str, Any]:
+    if kind == "custom":  # freeform input: one string argument
+        parameters: dict[str, Any] = {"type": "object", "properties": {"input": {"type": "string"}},
+                                      "required": ["input"]}
+    else:
+        parameters = tool.get("parameters") or {"type": "object", "properties": {}}
+    return {"type": "function", "function": {"name": name, "description": tool.get("description") or "",
+                                             "parameters": parameters}}
+
+
+HERMES_TOOL_PROMPT = (
+    "You are a function calling AI model. You are provided with function signatures within <tools></tools> "
+    "XML tags. You may call one or more functions to assist with the user query. Don't make assumptions about "
+    "what values to plug into functions. Here are the available tools: <tools>\n{tools}\n</tools>\n"
+    "For each function call return a json object with function name and arguments within <tool_call></tool_call> "
+    "XML tags as follows:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": <args-dict>}}\n</tool_call>"
+)
+
+
+def hermes_messages(messages: list[ChatMessage], tools: list[dict[str, Any]]) -> list[ChatMessage]:
+    """For a template with no tool section: tools in the system prompt, calls and results as Hermes text."""
+    description = HERMES_TOOL_PROMPT.format(tools="\n".join(json.dumps(t) for t in tools))
+    out: list[ChatMessage] = []
+    for message in messages:
+        if message.get("tool_calls"):
+            calls = "".join(
+                "<tool_call>\n" + json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]})
+                + "\n</tool_call>" for c in message["tool_calls"])
+            out.append({"role": "assistant", "content": (message.get("content") or "") + calls})
+        elif message["role"] == "tool":
+            out.append({"role": "user", "content": f"<tool_response>\n{message['content']}\n</tool_response>"})
+        else:
+            out.append(dict(message))
+    if out and out[0]["role"] == "system":
+        out[0]["content"] = f"{out[0]['content']}\n\n{description}"
+    else:
+        out.insert(0, {"role": "system", "content": description})
+    return out
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """A prompt ready for the engine, with what the parsers need to know about it."""
+
+    token_ids: list[int]
+    text: str
+    tools: ToolTable | None
 
 
 class ChatTemplateRenderer:
@@ -91,18 +162,29 @@ class ChatTemplateRenderer:
 
     def __init__(self, tokenizer: Any) -> None:
         self._tokenizer = tokenizer
+        template = getattr(tokenizer, "chat_template", None) or ""
+        self.template_has_tools = isinstance(template, str) and "tools" in template
 
-    def render(self, request: ResponsesRequest) -> list[int]:
+    def render(self, request: ResponsesRequest) -> RenderedPrompt:
         messages = chat_messages(request)
         if not messages:
             raise APIError("input must contain at least one message", param="input")
+        tools = function_tools(request)
+        if tools and not self.template_has_tools:
+            messages = hermes_messages(messages, tools)
+        options: dict[str, Any] = {}
+        effort = (request.reasoning or {}).get("effort")
+        if effort is not None:
+            options["enable_thinking"] = effort not in ("none", "minimal")
         try:
             text = self._tokenizer.apply_chat_template(
                 messages,
-                tools=function_tools(request) or None,
+                tools=tools if tools and self.template_has_tools else None,
                 add_generation_prompt=True,
                 tokenize=False,
+                **options,
             )
         except Exception as exc:  # jinja2 raises TemplateError and friends for conversations it rejects
             raise APIError(f"the model's chat template rejected this conversation: {exc}", param="input") from exc
-        return list(self._tokenizer.encode(text, add_special_tokens=False))
+        token_ids = list(self._tokenizer.encode(text, add_special_tokens=False))
+        return RenderedPrompt(token_ids=token_ids, text=text, tools=tool_table(request))

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 
 from parsers.decoder import IncrementalDecoder
+from parsers.registry import make_chat_parser
 from server.app import ServingContext
 from server.echo import response_settings
 from server.engine import EngineRequest, SamplingSettings
@@ -95,7 +96,8 @@ def _prepare_run(context: ServingContext, body: ResponsesRequest) -> ResponseRun
         raise APIError("background responses are not supported by this server yet.", param="background")
     engine = context.engine
     assert engine is not None, "the engine starts with the app"
-    prompt = context.renderer.render(body)
+    rendered = context.renderer.render(body)
+    prompt = rendered.token_ids
     room = engine.max_model_len - len(prompt)
     if room <= 0:
         raise APIError(
@@ -113,7 +115,8 @@ def _prepare_run(context: ServingContext, body: ResponsesRequest) -> ResponseRun
     return ResponseRun(
         engine=engine,
         request=EngineRequest(builder.response_id, prompt, sampling),
-        parser=context.parser_factory(),
+        parser=make_chat_parser(context.config.reasoning_parser, context.config.tool_call_parser,
+                                rendered.text, rendered.tools),
         decoder=IncrementalDecoder(tokenizer),
         builder=builder,
         token_text=(lambda token_id: tokenizer.decode([token_id])) if logprobs is not None else None,

@@ -46,7 +46,7 @@ def run(tokenizer: Any, output: str, cuts: list[int], reasoning: bool = True, in
     decoder, parser = IncrementalDecoder(tokenizer), make_parser(reasoning, in_reasoning)
     deltas: list[Delta] = []
     for a, b in zip(bounds, bounds[1:]):
-        deltas += parser.feed(token_ids[a:b], decoder.decode(token_ids[a:b]))
+        deltas += parser.feed(token_ids[a:b], *decoder.decode_step(token_ids[a:b]))
     return deltas + parser.finish(), parser
 
 
@@ -143,7 +143,16 @@ def test_reasoning_tokens_counted_exactly_for_one_token_steps(tag_tokenizer: Any
     output = f"<think>{reasoning}</think>Answer."
     _, parser = run(tag_tokenizer, output, cuts=list(range(1, 100)))
     inside = len(tag_tokenizer.encode(reasoning, add_special_tokens=False))
-    assert inside <= parser.reasoning_tokens <= inside + 1  # the closing tag's token counts as reasoning
+    assert parser.reasoning_tokens == inside + 2  # the opening and closing tags' tokens count as reasoning
+
+
+@settings(max_examples=60, deadline=None)
+@given(cuts=st.lists(st.integers(0, 120), max_size=20))
+def test_reasoning_token_count_is_the_same_under_any_grouping(tokenizer: Any, cuts: list[int]) -> None:
+    output = CORPUS[0][1]
+    _, whole = run(tokenizer, output, cuts=[])
+    _, grouped = run(tokenizer, output, cuts=cuts)
+    assert grouped.reasoning_tokens == whole.reasoning_tokens > 0
 
 
 def test_tag_scanner_work_is_linear() -> None:

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from server.errors import APIError
-from server.prompt import ChatTemplateRenderer, chat_messages, function_tools
+from parsers.tools import ToolSpec
+from server.prompt import ChatTemplateRenderer, chat_messages, function_tools, tool_table
 from server.requests import ResponsesRequest
 
 CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = [
@@ -58,17 +59,40 @@ def test_chat_messages(body: dict[str, Any], expected: list[dict[str, Any]]) -> 
     assert chat_messages(ResponsesRequest.model_validate(body)) == expected
 
 
-def test_only_function_tools_reach_the_template() -> None:
+def test_callable_tools_reach_the_template_under_model_names() -> None:
     request = ResponsesRequest.model_validate({"input": "x", "tools": [
-        {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}},
-        {"type": "web_search"}, {"type": "custom", "name": "apply_patch"}]})
-    assert [t["function"]["name"] for t in function_tools(request)] == ["f"]
+        {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"a": {}}}},
+        {"type": "web_search"}, {"type": "custom", "name": "apply_patch"},
+        {"type": "namespace", "name": "fs", "tools": [{"type": "function", "name": "read"}]}]})
+    tools = function_tools(request)
+    assert [t["function"]["name"] for t in tools] == ["f", "apply_patch", "fs__read"]
+    assert tools[0]["function"]["parameters"]["properties"] == {"a": {}}
+    assert tools[1]["function"]["parameters"]["properties"] == {"input": {"type": "string"}}
+    table = tool_table(request)
+    assert table is not None and table.lookup("fs__read") == ToolSpec("read", namespace="fs")
+    assert tool_table(request.model_copy(update={"tool_choice": "none"})) is None
+
+
+def test_template_without_tools_gets_hermes_instructions(tokenizer: Any) -> None:
+    renderer = ChatTemplateRenderer(tokenizer)
+    assert not renderer.template_has_tools
+    request = ResponsesRequest.model_validate({"input": [
+        {"role": "user", "content": "weather?"},
+        {"type": "function_call", "call_id": "c1", "name": "get", "arguments": "{\"city\": \"Paris\"}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"}],
+        "tools": [{"type": "function", "name": "get", "parameters": {"type": "object", "properties": {}}}]})
+    rendered = renderer.render(request)
+    assert "<tools>" in rendered.text and '"name": "get"' in rendered.text
+    assert '<tool_call>\n{"name": "get", "arguments": {"city": "Paris"}}\n</tool_call>' in rendered.text
+    assert "<tool_response>\nsunny\n</tool_response>" in rendered.text
+    assert rendered.tools is not None and rendered.tools.lookup("get").kind == "function"
 
 
 def test_rendering_with_the_bundled_template(tokenizer: Any) -> None:
     renderer = ChatTemplateRenderer(tokenizer)
-    ids = renderer.render(ResponsesRequest.model_validate({"instructions": "Be brief.", "input": "Hello there"}))
-    text = tokenizer.decode(ids, skip_special_tokens=False)
+    rendered = renderer.render(ResponsesRequest.model_validate({"instructions": "Be brief.", "input": "Hello there"}))
+    text = tokenizer.decode(rendered.token_ids, skip_special_tokens=False)
+    assert text == rendered.text
     assert text.startswith("<|im_start|>system\nBe brief.<|im_end|>")
     assert "<|im_start|>user\nHello there<|im_end|>" in text
     assert text.endswith("<|im_start|>assistant\n")
