@@ -1,5 +1,6 @@
 # `make serve`: set up and serve the bundled model on http://127.0.0.1:8000/v1 (pass flags with ARGS="...").
 # `make test`: set up and run the whole test suite (pass pytest flags with PYTEST_ARGS="...").
+# `make bench`: the serving benchmark against the engine baseline (after setup).
 VENV ?= .venv
 
 .PHONY: setup serve test bench
@@ -12,3 +13,6 @@ serve: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+bench:
+	$(VENV)/bin/python bench/serving.py $(ARGS)
