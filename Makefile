@@ -14,5 +14,5 @@ serve: setup
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-bench:
+bench: setup
 	$(VENV)/bin/python bench/serving.py $(ARGS)

@@ -11,6 +11,7 @@ class OutputParser(Protocol):
     """Turns one request's generated tokens (and their decoded text) into neutral deltas."""
 
     reasoning_tokens: int
+    error: str | None  # set when the output cannot be parsed further; the response then fails
 
     def feed(self, token_ids: Sequence[int], text: str, token_ends: Sequence[int] | None = None) -> list[Delta]:
         """Deltas for one engine step; may hold back text that could start a tag.

@@ -16,6 +16,7 @@ class ChatParser:
 
     reasoning: ThinkingParser | None = None
     tools: HermesToolParser | None = None
+    error: str | None = None  # text never fails to parse: what is not a call stays text
 
     @property
     def reasoning_tokens(self) -> int:

@@ -83,3 +83,17 @@ class Finished:
     usage: Usage = Usage()
     error_code: str = "server_error"
     error_message: str = ""
+
+
+def merge_adjacent(deltas: list[Delta]) -> list[Delta]:
+    """Adjacent text pieces of the same kind joined, so per-token parsing does not multiply events."""
+    out: list[Delta] = []
+    for delta in deltas:
+        last = out[-1] if out else None
+        if isinstance(delta, (ReasoningText, Refusal, ToolCallArguments)) and type(last) is type(delta):
+            out[-1] = type(delta)(last.text + delta.text)  # type: ignore[union-attr, call-arg]
+        elif isinstance(delta, OutputText) and isinstance(last, OutputText):
+            out[-1] = OutputText(last.text + delta.text, last.logprobs + delta.logprobs)
+        else:
+            out.append(delta)
+    return out

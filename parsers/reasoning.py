@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from parsers.deltas import Delta, OutputText, ReasoningText
+from parsers.deltas import Delta, OutputText, ReasoningText, merge_adjacent
 from parsers.tags import TagScanner
 
 THINK_START = "<think>"
@@ -63,7 +63,7 @@ class ThinkingParser:
                 self.reasoning_tokens += 1
             start = end
         deltas += self._split(text[start:])
-        return _merged(deltas)
+        return merge_adjacent(deltas)
 
     def finish(self) -> list[Delta]:
         return self._emit(self._scanner.flush())
@@ -100,13 +100,3 @@ class ThinkingParser:
             self._after_reasoning = not text
         return [OutputText(text)] if text else []
 
-
-def _merged(deltas: list[Delta]) -> list[Delta]:
-    """Adjacent pieces of the same kind joined, so per-token splitting does not multiply events."""
-    out: list[Delta] = []
-    for delta in deltas:
-        if out and type(out[-1]) is type(delta) and isinstance(delta, (OutputText, ReasoningText)):
-            out[-1] = type(delta)(out[-1].text + delta.text)  # type: ignore[union-attr]
-        else:
-            out.append(delta)
-    return out

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from server import errors
 from server.config import ServerConfig
 from server.engine import Engine
-from server.prompt import ChatTemplateRenderer
+from server.model_path import ModelPath, choose_path
 from streaming.ids import IdFactory, random_id
 
 EngineFactory = Callable[[], Engine]
@@ -27,12 +27,12 @@ class ServingContext:
     ids: IdFactory = random_id
     clock: Callable[[], float] = time.time
     engine: Engine | None = None
-    renderer: Any = None
+    path: ModelPath | None = None
     started_at: int = field(default_factory=lambda: int(time.time()))
 
     def start(self) -> None:
         self.engine = self.engine_factory()
-        self.renderer = ChatTemplateRenderer(self.engine.tokenizer)
+        self.path = choose_path(self.engine, self.config)
 
 
 def create_app(context: ServingContext) -> FastAPI:

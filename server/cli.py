@@ -33,13 +33,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="append one JSON line of engine output per request to FILE")
     server.add_argument("--replay-engine-output", type=Path, default=None, metavar="FILE",
                         help="serve recorded engine output from FILE instead of running the model")
+    server.add_argument("--harmony", action="store_true",
+                        help="use the harmony (gpt-oss) path; automatic for gpt_oss models, needed for replays "
+                        "of gpt-oss output without the model (no Hugging Face tokenizer is loaded then)")
     server.add_argument("--uvicorn-log-level", default="info", help="uvicorn log level")
     vllm_engine.add_engine_arguments(parser)
     return parser
 
 
 def resolve_model(args: argparse.Namespace) -> None:
-    """No --model: the bundled model, converted once into the cache."""
+    """No --model: the bundled model, converted once into the cache (a harmony replay needs no model)."""
+    if args.model is None and args.harmony and args.replay_engine_output is not None:
+        args.served_model_name = args.served_model_name or ["gpt-oss"]
+        return
     if args.model is None:
         from server.bundled_model import BUNDLED_MODEL_NAME, ensure_bundled_model
 
@@ -64,8 +70,9 @@ def engine_factory(args: argparse.Namespace) -> Any:
         recordings = read_recordings(args.replay_engine_output)
 
         def replay() -> Any:
-            tokenizer = vllm_engine.load_tokenizer(args.tokenizer or args.model)
-            return ReplayEngine(recordings, tokenizer, max_model_len=args.max_model_len or 1 << 20)
+            name = args.tokenizer or args.model
+            tokenizer = vllm_engine.load_tokenizer(name) if name and not args.harmony else None
+            return ReplayEngine(recordings, tokenizer, max_model_len=args.max_model_len or 1 << 17)
 
         return replay
 
@@ -99,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         keepalive_seconds=args.keepalive_interval,
         reasoning_parser=args.reasoning_parser or None,
         tool_call_parser=args.tool_call_parser,
+        harmony=args.harmony,
     )
     app = create_app(ServingContext(config=config, engine_factory=engine_factory(args)))
     print(f"[responses-server] serving '{config.served_model_name}' on http://{args.host}:{args.port}/v1",

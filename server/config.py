@@ -14,3 +14,4 @@ class ServerConfig:
     keepalive_seconds: float = 15.0
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
+    harmony: bool = False  # force the harmony (gpt-oss) path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
 
@@ -24,7 +25,7 @@ class ResponseRun:
     engine: Engine
     request: EngineRequest
     parser: OutputParser
-    decoder: IncrementalDecoder
+    decoder: IncrementalDecoder | None  # None: the parser reads token ids only (harmony)
     builder: ResponseBuilder
     token_text: Callable[[int], str] | None = None  # set when logprobs were asked for
 
@@ -34,15 +35,21 @@ class ResponseRun:
         output_tokens = cached_tokens = 0
         finished: Finished | None = None
         try:
-            async for step in self.engine.generate(self.request):
-                output_tokens += len(step.token_ids)
-                cached_tokens = max(cached_tokens, step.cached_tokens)
-                for event in self.builder.feed(self._parse(step)):
+            async with aclosing(self.engine.generate(self.request)) as steps:  # closed on break: aborts
+                async for step in steps:
+                    output_tokens += len(step.token_ids)
+                    cached_tokens = max(cached_tokens, step.cached_tokens)
+                    for event in self.builder.feed(self._parse(step)):
+                        yield event
+                    if self.parser.error is not None:  # closing the engine's iterator aborts the request
+                        finished = Finished("error", error_message=self.parser.error)
+                        break
+                    if step.finish_reason:
+                        finished = Finished(step.finish_reason)
+            if self.parser.error is None:
+                tail = self.decoder.flush() if self.decoder else ""
+                for event in self.builder.feed(self.parser.feed([], tail) + self.parser.finish()):
                     yield event
-                if step.finish_reason:
-                    finished = Finished(step.finish_reason)
-            for event in self.builder.feed(self.parser.feed([], self.decoder.flush()) + self.parser.finish()):
-                yield event
         except Exception as exc:  # the engine or a parser failed mid-stream: end as response.failed
             logger.exception("response %s failed", self.builder.response_id)
             finished = Finished("error", error_message=f"generation failed: {type(exc).__name__}: {exc}")
@@ -57,7 +64,7 @@ class ResponseRun:
             yield event
 
     def _parse(self, step: EngineStep) -> list[Any]:
-        text, token_ends = self.decoder.decode_step(step.token_ids)
+        text, token_ends = self.decoder.decode_step(step.token_ids) if self.decoder else ("", None)
         deltas = self.parser.feed(step.token_ids, text, token_ends)
         if step.logprobs and self.token_text is not None:
             deltas = _attach_logprobs(deltas, [self._logprob(lp) for lp in step.logprobs])

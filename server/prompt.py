@@ -155,6 +155,7 @@ class RenderedPrompt:
     token_ids: list[int]
     text: str
     tools: ToolTable | None
+    stop_token_ids: tuple[int, ...] = ()
 
 
 class ChatTemplateRenderer:

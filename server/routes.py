@@ -11,8 +11,6 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 
-from parsers.decoder import IncrementalDecoder
-from parsers.registry import make_chat_parser
 from server.app import ServingContext
 from server.echo import response_settings
 from server.engine import EngineRequest, SamplingSettings
@@ -96,7 +94,9 @@ def _prepare_run(context: ServingContext, body: ResponsesRequest) -> ResponseRun
         raise APIError("background responses are not supported by this server yet.", param="background")
     engine = context.engine
     assert engine is not None, "the engine starts with the app"
-    rendered = context.renderer.render(body)
+    path = context.path
+    assert path is not None, "the model path is chosen when the app starts"
+    rendered = path.render(body)
     prompt = rendered.token_ids
     room = engine.max_model_len - len(prompt)
     if room <= 0:
@@ -107,19 +107,18 @@ def _prepare_run(context: ServingContext, body: ResponsesRequest) -> ResponseRun
     logprobs = (body.top_logprobs or 0) if body.wants_logprobs() else None
     sampling = SamplingSettings(
         max_tokens=min(body.max_output_tokens or room, room),
+        stop_token_ids=rendered.stop_token_ids,
         temperature=body.temperature,
         top_p=body.top_p,
         logprobs=logprobs,
     )
-    tokenizer = engine.tokenizer
     return ResponseRun(
         engine=engine,
         request=EngineRequest(builder.response_id, prompt, sampling),
-        parser=make_chat_parser(context.config.reasoning_parser, context.config.tool_call_parser,
-                                rendered.text, rendered.tools),
-        decoder=IncrementalDecoder(tokenizer),
+        parser=path.new_parser(rendered),
+        decoder=path.new_decoder(),
         builder=builder,
-        token_text=(lambda token_id: tokenizer.decode([token_id])) if logprobs is not None else None,
+        token_text=path.token_text if logprobs is not None else None,
     )
 
 

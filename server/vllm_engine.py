@@ -68,6 +68,7 @@ class VllmEngine:
         self._llm = llm
         self.tokenizer = llm.get_tokenizer()
         self.max_model_len: int = llm.model_config.max_model_len
+        self.model_type: str | None = getattr(llm.model_config.hf_config, "model_type", None)
 
     @classmethod
     def start(cls, args: Any) -> "VllmEngine":

@@ -1,0 +1,118 @@
+"""The harmony (gpt-oss) path: prompts rendered and output parsed with openai_harmony, no HF tokenizer needed."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from functools import lru_cache
+from typing import Any
+
+from parsers.harmony import FUNCTIONS_PREFIX, HarmonyParser
+from server.config import ServerConfig
+from server.errors import APIError
+from server.prompt import RenderedPrompt, function_tools, tool_table
+from server.requests import (
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    MessageItem,
+    ReasoningItem,
+    ResponsesRequest,
+)
+
+_EFFORTS = {"minimal": "LOW", "low": "LOW", "medium": "MEDIUM", "high": "HIGH", "xhigh": "HIGH"}
+
+
+@lru_cache(maxsize=1)
+def harmony_encoding() -> Any:
+    """The o200k_harmony encoding; it ships inside the openai_harmony package (no download)."""
+    from openai_harmony import HarmonyEncodingName, load_harmony_encoding
+
+    return load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+
+
+class HarmonyPath:
+    """Renders requests as harmony conversations and parses output token by token."""
+
+    name = "harmony"
+
+    def __init__(self, config: ServerConfig, today: datetime.date | None = None) -> None:
+        self._config = config
+        self._encoding = harmony_encoding()
+        self._today = today
+        self._stop_tokens = tuple(self._encoding.stop_tokens_for_assistant_actions())
+
+    def render(self, request: ResponsesRequest) -> RenderedPrompt:
+        from openai_harmony import RenderConversationConfig, Role
+
+        conversation = harmony_conversation(request, self._today or datetime.date.today())
+        # Earlier turns' analysis is dropped after a final answer, as gpt-oss was trained.
+        token_ids = self._encoding.render_conversation_for_completion(
+            conversation, Role.ASSISTANT, config=RenderConversationConfig(auto_drop_analysis=True))
+        return RenderedPrompt(token_ids=list(token_ids), text="", tools=tool_table(request),
+                              stop_token_ids=self._stop_tokens)
+
+    def new_parser(self, rendered: RenderedPrompt) -> HarmonyParser:
+        return HarmonyParser(self._encoding, tools=rendered.tools)
+
+    def new_decoder(self) -> None:
+        return None  # the harmony parser decodes its own content
+
+    def token_text(self, token_id: int) -> str:
+        return self._encoding.decode([token_id])
+
+
+def harmony_conversation(request: ResponsesRequest, today: datetime.date) -> Any:
+    """System (effort, date), developer (instructions, function tools), then every input item."""
+    from openai_harmony import Conversation, DeveloperContent, Message, ReasoningEffort, Role, SystemContent, \
+        ToolDescription
+
+    effort = (request.reasoning or {}).get("effort") or "medium"
+    system = SystemContent.new().with_conversation_start_date(today.isoformat()).with_reasoning_effort(
+        getattr(ReasoningEffort, _EFFORTS.get(effort, "MEDIUM")))
+    messages = [Message.from_role_and_content(Role.SYSTEM, system)]
+    tools = [ToolDescription.new(t["function"]["name"], t["function"]["description"], parameters=t["function"]["parameters"])
+             for t in function_tools(request)]
+    if request.instructions or tools:
+        developer = DeveloperContent.new()
+        if request.instructions:
+            developer = developer.with_instructions(request.instructions)
+        if tools:
+            developer = developer.with_function_tools(tools)
+        messages.append(Message.from_role_and_content(Role.DEVELOPER, developer))
+    messages += _input_messages(request)
+    return Conversation.from_messages(messages)
+
+
+def _input_messages(request: ResponsesRequest) -> list[Any]:
+    from openai_harmony import Author, Message, Role
+
+    calls: dict[str, str] = {}  # call_id -> the function name the model called
+    out = []
+    for index, item in enumerate(request.input_items()):
+        if isinstance(item, MessageItem):
+            role = {"user": Role.USER, "assistant": Role.ASSISTANT}.get(item.role, Role.DEVELOPER)
+            message = Message.from_role_and_content(role, item.text())
+            out.append(message.with_channel("final") if role == Role.ASSISTANT else message)
+        elif isinstance(item, ReasoningItem):
+            out.append(Message.from_role_and_content(Role.ASSISTANT, item.text()).with_channel("analysis"))
+        elif isinstance(item, (FunctionCallItem, CustomToolCallItem)):
+            name = _model_name(item)
+            calls[item.call_id] = name
+            body = item.arguments if isinstance(item, FunctionCallItem) else json.dumps({"input": item.input})
+            out.append(Message.from_role_and_content(Role.ASSISTANT, body or "{}").with_channel("commentary")
+                       .with_recipient(FUNCTIONS_PREFIX + name).with_content_type("<|constrain|>json"))
+        elif isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
+            if item.call_id not in calls:
+                raise APIError(f"No tool call found for function call output with call_id '{item.call_id}'.",
+                               param=f"input[{index}].call_id")
+            author = Author.new(Role.TOOL, FUNCTIONS_PREFIX + calls[item.call_id])
+            out.append(Message.from_author_and_content(author, item.text()).with_channel("commentary")
+                       .with_recipient("assistant"))
+    return out
+
+
+def _model_name(item: FunctionCallItem | CustomToolCallItem) -> str:
+    namespace = getattr(item, "namespace", None)
+    return f"{namespace}__{item.name}" if namespace else item.name

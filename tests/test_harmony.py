@@ -1,0 +1,238 @@
+"""The harmony path: real o200k_harmony token streams through the real server at every step size."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from server.app import ServingContext, create_app
+from server.config import ServerConfig
+from server.harmony import HarmonyPath, harmony_conversation, harmony_encoding
+from server.recording import Recording
+from server.requests import ResponsesRequest
+from streaming.ids import counting_ids
+from tests.conftest import free_port, serve_in_thread
+from tests.helpers import collapsed_types, without_volatile
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+from tests.sse import events_of, parse_frames
+from tests.test_server import Harness
+from tests.validator import validate_events
+
+MODEL = "gpt-oss-test"
+RETURN, CALL = "<|return|>", "<|call|>"
+TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather for a city",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+
+
+def completion(*messages: tuple[str, str | None, str], end: str = RETURN) -> list[int]:
+    """Tokens as gpt-oss generates them after the prompt's `<|start|>assistant`: (channel, recipient, body)."""
+    from openai_harmony import Conversation, Message, RenderConversationConfig, Role
+
+    rendered = []
+    for channel, recipient, body in messages:
+        message = Message.from_role_and_content(Role.ASSISTANT, body).with_channel(channel)
+        if recipient:
+            message = message.with_recipient(recipient).with_content_type("<|constrain|>json")
+        rendered.append(message)
+    encoding = harmony_encoding()
+    config = RenderConversationConfig(auto_drop_analysis=False)
+    tokens = list(encoding.render_conversation(Conversation.from_messages(rendered), config=config))
+    start = encoding.encode("<|start|>assistant", allowed_special="all")
+    assert tokens[: len(start)] == start
+    tokens = tokens[len(start):]
+    if end == RETURN and tokens[-1] == encoding.encode("<|end|>", allowed_special="all")[0]:
+        tokens[-1] = encoding.encode(RETURN, allowed_special="all")[0]
+    return tokens
+
+
+REASONING_THEN_FINAL = completion(("analysis", None, "The user wants the capital. It is Paris."),
+                                  ("final", None, "The capital of France is Paris."))
+CALLS_WITH_PREAMBLE = completion(
+    ("analysis", None, "Need weather for two cities."),
+    ("commentary", None, "Checking the weather for both cities."),
+    ("commentary", "functions.get_weather", '{"city": "Paris"}'),
+    ("commentary", "functions.get_weather", '{"city": "Rome"}'), end=CALL)
+
+
+@pytest.fixture(scope="module")
+def harmony() -> Iterator[Harness]:
+    engine = ScriptedEngine(tokenizer=None, scripts=[[]], max_model_len=131072)
+    config = ServerConfig(served_model_name=MODEL, harmony=True)
+    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids())
+    with serve_in_thread(create_app(context)) as base_url:
+        harness = Harness(engine, base_url)
+        yield harness
+
+
+def stream(harness: Harness, **body: Any) -> list[dict[str, Any]]:
+    with httpx.stream("POST", f"{harness.base_url}/responses",
+                      json={"model": MODEL, "stream": True, "input": "hi", **body}, timeout=30) as response:
+        assert response.status_code == 200, response.read()
+        return events_of(parse_frames(response.iter_lines()))
+
+
+def every_step_size(harness: Harness, tokens: list[int], finish: str = "stop", same_usage: bool = True,
+                    **body: Any) -> list[dict[str, Any]]:
+    """Replay at step sizes 1..8, a third, a half and all of the output; all must agree. Returns the 1-token run."""
+    runs = []
+    sizes = sorted({*range(1, 9), len(tokens) // 3 or 1, len(tokens) // 2 or 1, len(tokens)})
+    for size in sizes:
+        harness.play(steps_from_tokens(tokens, cuts=list(range(size, len(tokens), size)), finish=finish))
+        events = stream(harness, **body)
+        validate_events(events)
+        runs.append(events)
+    for events in runs[1:]:
+        assert collapsed_types(events) == collapsed_types(runs[0])
+        response, first = without_volatile(events[-1]["response"]), without_volatile(runs[0][-1]["response"])
+        if not same_usage:  # generation stops at the step that broke: bigger steps generated more tokens
+            response.pop("usage"), first.pop("usage")
+        assert response == first
+    return runs[0]
+
+
+def test_reasoning_then_final(harmony: Harness) -> None:
+    events = every_step_size(harmony, REASONING_THEN_FINAL)
+    final = events[-1]["response"]
+    assert [item["type"] for item in final["output"]] == ["reasoning", "message"]
+    assert final["output"][0]["content"][0]["text"] == "The user wants the capital. It is Paris."
+    assert final["output"][1]["content"][0]["text"] == "The capital of France is Paris."
+    assert final["status"] == "completed"
+    assert 0 < final["usage"]["output_tokens_details"]["reasoning_tokens"] < final["usage"]["output_tokens"]
+
+
+def test_reasoning_preamble_and_two_calls(harmony: Harness) -> None:
+    events = every_step_size(harmony, CALLS_WITH_PREAMBLE, tools=TOOLS)
+    output = events[-1]["response"]["output"]
+    assert [item["type"] for item in output] == ["reasoning", "message", "function_call", "function_call"]
+    assert output[1]["content"][0]["text"] == "Checking the weather for both cities."
+    assert [json.loads(item["arguments"]) for item in output[2:]] == [{"city": "Paris"}, {"city": "Rome"}]
+    assert all(item["name"] == "get_weather" for item in output[2:])
+    assert sum(e["type"] == "response.function_call_arguments.delta" for e in events) > 4
+
+
+def test_sdk_clients_over_harmony(harmony: Harness) -> None:
+    harmony.play(steps_from_tokens(CALLS_WITH_PREAMBLE, cuts=[5, 6, 30]))
+    events = list(harmony.client.responses.create(model=MODEL, input="x", tools=TOOLS, stream=True))  # type: ignore[arg-type]
+    assert events[-1].type == "response.completed"
+    harmony.play(steps_from_tokens(REASONING_THEN_FINAL, cuts=[7]))
+    with harmony.client.responses.stream(model=MODEL, input="x") as sdk_stream:
+        assert sdk_stream.get_final_response().output_text == "The capital of France is Paris."
+
+
+@pytest.mark.parametrize("where", ["analysis", "final"])
+def test_truncation_mid_message(harmony: Harness, where: str) -> None:
+    encoding = harmony_encoding()
+    text = encoding.decode(REASONING_THEN_FINAL)
+    marker = "It is" if where == "analysis" else "France is"
+    cut = len(encoding.encode(text[: text.index(marker)], allowed_special="all"))
+    events = every_step_size(harmony, REASONING_THEN_FINAL[:cut], finish="length")
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.incomplete"
+    kinds = {"analysis": ["reasoning"], "final": ["reasoning", "message"]}[where]
+    assert [item["type"] for item in final["output"]] == kinds
+    assert final["output"][-1]["status"] == "incomplete"
+
+
+def test_malformed_header_fails_and_keeps_what_was_said(harmony: Harness) -> None:
+    encoding = harmony_encoding()
+    good = completion(("analysis", None, "Thinking first."), end=RETURN)[:-1] + encoding.encode(
+        "<|end|>", allowed_special="all")
+    bad = good + encoding.encode("<|start|><|start|>assistant<|channel|>final<|message|>x", allowed_special="all")
+    events = every_step_size(harmony, bad, same_usage=False)
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.failed"
+    assert "harmony" in final["error"]["message"]
+    assert final["output"][0]["content"][0]["text"] == "Thinking first."
+    assert harmony.engine.aborted[-1] == harmony.engine.requests[-1].request_id  # generation stopped
+
+
+def test_prompt_matches_openai_harmony_rendering(harmony: Harness) -> None:
+    from openai_harmony import (Author, Conversation, DeveloperContent, Message, ReasoningEffort,
+                                RenderConversationConfig, Role, SystemContent, ToolDescription)
+
+    today = datetime.date(2026, 11, 22)
+    request = ResponsesRequest.model_validate({
+        "instructions": "Be brief.", "reasoning": {"effort": "high"}, "tools": TOOLS,
+        "input": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"type": "reasoning", "id": "rs_1", "summary": [],
+             "content": [{"type": "reasoning_text", "text": "Call the tool."}]},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Paris"}',
+             "id": "fc_1", "status": "completed"},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+            {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+             "content": [{"type": "output_text", "text": "It is sunny.", "annotations": []}]},
+            {"role": "user", "content": "And tomorrow?"}]})
+    expected = Conversation.from_messages([
+        Message.from_role_and_content(Role.SYSTEM, SystemContent.new().with_conversation_start_date("2026-11-22")
+                                      .with_reasoning_effort(ReasoningEffort.HIGH)),
+        Message.from_role_and_content(Role.DEVELOPER, DeveloperContent.new().with_instructions("Be brief.")
+                                      .with_function_tools([ToolDescription.new(
+                                          "get_weather", "Weather for a city", parameters=TOOLS[0]["parameters"])])),
+        Message.from_role_and_content(Role.USER, "Weather in Paris?"),
+        Message.from_role_and_content(Role.ASSISTANT, "Call the tool.").with_channel("analysis"),
+        Message.from_role_and_content(Role.ASSISTANT, '{"city": "Paris"}').with_channel("commentary")
+        .with_recipient("functions.get_weather").with_content_type("<|constrain|>json"),
+        Message.from_author_and_content(Author.new(Role.TOOL, "functions.get_weather"), "sunny")
+        .with_channel("commentary").with_recipient("assistant"),
+        Message.from_role_and_content(Role.ASSISTANT, "It is sunny.").with_channel("final"),
+        Message.from_role_and_content(Role.USER, "And tomorrow?"),
+    ])
+    encoding = harmony_encoding()
+    config = RenderConversationConfig(auto_drop_analysis=True)
+    want = encoding.render_conversation_for_completion(expected, Role.ASSISTANT, config=config)
+    got = HarmonyPath(ServerConfig(MODEL, harmony=True), today=today).render(request).token_ids
+    assert got == list(want)
+    assert "Call the tool." not in encoding.decode(got)  # reasoning before a final answer is dropped
+    assert harmony_conversation(request, today).messages[3].channel == "analysis"
+
+
+def test_unknown_call_id_is_a_400(harmony: Harness) -> None:
+    response = httpx.post(f"{harmony.base_url}/responses", json={"model": MODEL, "input": [
+        {"type": "function_call_output", "call_id": "nope", "output": "x"}]}, timeout=30)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "input[0].call_id"
+
+
+def test_stop_tokens_reach_the_engine(harmony: Harness) -> None:
+    harmony.play(steps_from_tokens(REASONING_THEN_FINAL, cuts=[]))
+    stream(harmony)
+    encoding = harmony_encoding()
+    assert set(harmony.engine.requests[-1].sampling.stop_token_ids) == set(encoding.stop_tokens_for_assistant_actions())
+
+
+def test_cli_serves_a_harmony_replay_without_the_model(tmp_path: Path) -> None:
+    recording = tmp_path / "gpt-oss.jsonl"
+    steps = [CALLS_WITH_PREAMBLE[i:i + 5] for i in range(0, len(CALLS_WITH_PREAMBLE), 5)]
+    recording.write_text(Recording([1, 2, 3], steps, "stop").to_json() + "\n")
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "server", "--harmony", "--replay-engine-output", str(recording),
+                                "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(240):
+            try:
+                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                if process.poll() is not None:
+                    raise AssertionError(process.stderr.read() if process.stderr else "server exited")
+                import time
+
+                time.sleep(0.5)
+        model = httpx.get(f"{base}/v1/models").json()["data"][0]["id"]
+        with httpx.stream("POST", f"{base}/v1/responses", json={"model": model, "stream": True, "input": "weather?",
+                                                               "tools": TOOLS}, timeout=60) as response:
+            events = events_of(parse_frames(response.iter_lines()))
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    final = validate_events(events)
+    assert [item.type for item in final.output] == ["reasoning", "message", "function_call", "function_call"]
