@@ -56,10 +56,9 @@ class FunctionCallItem(_Lenient):
     status: str | None = None
 
 
-class FunctionCallOutputItem(_Lenient):
-    """The client's result for a function call."""
+class _ToolOutput(_Lenient):
+    """The client's result for an earlier tool call, text or content parts."""
 
-    type: Literal["function_call_output"]
     call_id: str
     output: Union[str, list[ContentPart]]
     id: str | None = None
@@ -67,6 +66,12 @@ class FunctionCallOutputItem(_Lenient):
 
     def text(self) -> str:
         return self.output if isinstance(self.output, str) else "".join(p.as_text() for p in self.output)
+
+
+class FunctionCallOutputItem(_ToolOutput):
+    """The client's result for a function call."""
+
+    type: Literal["function_call_output"]
 
 
 class CustomToolCallItem(_Lenient):
@@ -79,16 +84,10 @@ class CustomToolCallItem(_Lenient):
     id: str | None = None
 
 
-class CustomToolCallOutputItem(_Lenient):
+class CustomToolCallOutputItem(_ToolOutput):
     """The client's result for a custom tool call."""
 
     type: Literal["custom_tool_call_output"]
-    call_id: str
-    output: Union[str, list[ContentPart]]
-    id: str | None = None
-
-    def text(self) -> str:
-        return self.output if isinstance(self.output, str) else "".join(p.as_text() for p in self.output)
 
 
 class ReasoningItem(_Lenient):

@@ -236,3 +236,16 @@ def test_cli_serves_a_harmony_replay_without_the_model(tmp_path: Path) -> None:
         process.wait(timeout=30)
     final = validate_events(events)
     assert [item.type for item in final.output] == ["reasoning", "message", "function_call", "function_call"]
+
+
+def test_path_is_chosen_once_per_model() -> None:
+    from server.model_path import ChatTemplatePath, choose_path
+
+    class Engine:
+        tokenizer = None
+        model_type = "gpt_oss"
+
+    assert isinstance(choose_path(Engine(), ServerConfig(MODEL)), HarmonyPath)
+    Engine.model_type = "llama"
+    assert isinstance(choose_path(Engine(), ServerConfig(MODEL)), ChatTemplatePath)
+    assert isinstance(choose_path(Engine(), ServerConfig(MODEL, harmony=True)), HarmonyPath)

@@ -49,6 +49,13 @@ class Harness:
             assert response.headers["content-type"].startswith("text/event-stream")
             return events_of(parse_frames(response.iter_lines()))
 
+    def engine_aborted_last_request(self, within: float = 5.0) -> bool:
+        request_id = self.engine.requests[-1].request_id
+        deadline = time.monotonic() + within
+        while request_id not in self.engine.aborted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return request_id in self.engine.aborted
+
     def post(self, **body: Any) -> httpx.Response:
         return httpx.post(f"{self.base_url}/responses", json={"model": MODEL, **body}, timeout=30)
 
@@ -139,11 +146,7 @@ def test_client_disconnect_aborts_the_engine_request(harness: Harness, tokenizer
             lines = response.iter_lines()
             while "output_text.delta" not in next(lines):
                 pass
-        request_id = harness.engine.requests[-1].request_id
-        deadline = time.monotonic() + 5
-        while request_id not in harness.engine.aborted and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert request_id in harness.engine.aborted
+        assert harness.engine_aborted_last_request()
     finally:
         harness.engine.step_delay = 0.0
 
@@ -289,3 +292,14 @@ def test_api_key_is_enforced(tokenizer: Any) -> None:
         assert denied.status_code == 401 and denied.json()["error"]["code"] == "invalid_api_key"
         client = OpenAI(base_url=base_url, api_key="secret", _strict_response_validation=True, max_retries=0)
         assert client.responses.create(model=MODEL, input="x").output_text == "ok"
+
+
+def test_non_streaming_client_that_goes_away_aborts(harness: Harness, tokenizer: Any) -> None:
+    harness.engine.step_delay = 0.05
+    try:
+        harness.play(steps_from_tokens(answer_tokens(tokenizer) * 20, cuts=list(range(1, 400))))
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(f"{harness.base_url}/responses", json={"model": MODEL, "input": "hi"}, timeout=0.5)
+        assert harness.engine_aborted_last_request()
+    finally:
+        harness.engine.step_delay = 0.0
