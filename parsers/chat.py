@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from parsers.deltas import Delta, OutputText
-from parsers.hermes import HermesToolParser
 from parsers.reasoning import ThinkingParser
+
+
+class TextToolParser(Protocol):
+    """A tool-call format over answer text (hermes, qwen3_coder, llama3_json, mistral, pythonic)."""
+
+    def feed_text(self, text: str, token_ids: Sequence[int] = ()) -> list[Delta]: ...
+
+    def finish(self) -> list[Delta]: ...
 
 
 @dataclass
@@ -15,7 +22,7 @@ class ChatParser:
     """Text goes through the reasoning parser (if any); its answer text through the tool parser (if any)."""
 
     reasoning: ThinkingParser | None = None
-    tools: HermesToolParser | None = None
+    tools: TextToolParser | None = None
     error: str | None = None  # text never fails to parse: what is not a call stays text
 
     @property
@@ -24,10 +31,10 @@ class ChatParser:
 
     def feed(self, token_ids: Sequence[int], text: str, token_ends: Sequence[int] | None = None) -> list[Delta]:
         if self.reasoning:
-            deltas = self.reasoning.feed(token_ids, text, token_ends)
-        else:
-            deltas = [OutputText(text)] if text else []
-        return self._tool_pass(deltas)
+            return self._tool_pass(self.reasoning.feed(token_ids, text, token_ends))
+        if self.tools is not None:  # the answer's token ids are the step's: pass them on
+            return self.tools.feed_text(text, token_ids)
+        return [OutputText(text)] if text else []
 
     def finish(self) -> list[Delta]:
         deltas = self._tool_pass(self.reasoning.finish() if self.reasoning else [])

@@ -23,6 +23,9 @@ class IncrementalDecoder:
             self._stream = DecodeStream(skip_special_tokens=skip_special_tokens)
         self._window: list[int] = []
         self._pending: list[int] = []
+        # Keeping special tokens (for parsers whose markers are special) still hides the sequence markers.
+        self._hidden = set() if skip_special_tokens else {
+            getattr(tokenizer, name, None) for name in ("eos_token_id", "bos_token_id", "pad_token_id")} - {None}
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """The text that the new tokens complete; incomplete characters wait for the next call."""
@@ -38,6 +41,8 @@ class IncrementalDecoder:
         return "".join(pieces), ends
 
     def _decode_one(self, token_id: int) -> str:
+        if token_id in self._hidden:
+            return ""
         if self._stream is not None:
             return self._stream.step(self._backend, token_id) or ""
         return self._decode_windowed([token_id])

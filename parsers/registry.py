@@ -2,31 +2,43 @@
 
 from __future__ import annotations
 
-from parsers.chat import ChatParser
+from typing import Callable
+
+from parsers.chat import ChatParser, TextToolParser
 from parsers.hermes import HermesToolParser
+from parsers.llama3_json import Llama3JsonToolParser
+from parsers.mistral import MistralToolParser
+from parsers.pythonic import PythonicToolParser
+from parsers.qwen3_coder import Qwen3CoderToolParser
 from parsers.reasoning import STYLES, ThinkingParser, starts_in_reasoning
 from parsers.tools import ToolTable
 
 REASONING_PARSERS = tuple(STYLES)
-TOOL_CALL_PARSERS = ("hermes",)
+TOOL_CALL_PARSERS: dict[str, Callable[[ToolTable], TextToolParser]] = {
+    "hermes": HermesToolParser,
+    "qwen3_coder": Qwen3CoderToolParser,
+    "llama3_json": Llama3JsonToolParser,
+    "mistral": MistralToolParser,
+    "pythonic": PythonicToolParser,
+}
+# Formats whose markers are special tokens: the decoder must keep those in the text.
+NEEDS_SPECIAL_TOKENS = frozenset({"mistral"})
 DEFAULT_TOOL_CALL_PARSER = "hermes"
 
 
-def check_names(reasoning_parser: str | None, tool_call_parser: str | None) -> None:
-    """Fail at start-up, not per request, on a parser name we do not have."""
-    if reasoning_parser and reasoning_parser not in REASONING_PARSERS:
-        raise ValueError(f"unknown --reasoning-parser {reasoning_parser!r}; known: {', '.join(REASONING_PARSERS)}")
-    if tool_call_parser and tool_call_parser not in TOOL_CALL_PARSERS:
-        raise ValueError(f"unknown --tool-call-parser {tool_call_parser!r}; known: {', '.join(TOOL_CALL_PARSERS)}")
+ToolParserFactory = Callable[[ToolTable], TextToolParser]
 
 
-def make_chat_parser(reasoning_parser: str | None, tool_call_parser: str | None, prompt_text: str,
+def check_reasoning_parser(name: str | None) -> None:
+    """Fail at start-up, not per request, on a reasoning parser we do not have."""
+    if name and name not in REASONING_PARSERS:
+        raise ValueError(f"unknown --reasoning-parser {name!r}; known: {', '.join(REASONING_PARSERS)}")
+
+
+def make_chat_parser(reasoning_parser: str | None, tool_parser_factory: ToolParserFactory, prompt_text: str,
                      tools: ToolTable | None) -> ChatParser:
     """The parser for one response: reasoning split if configured, tool calls if the request offers tools."""
     reasoning = None
     if reasoning_parser:
         reasoning = ThinkingParser(in_reasoning=starts_in_reasoning(STYLES[reasoning_parser], prompt_text))
-    tool_parser = None
-    if tools is not None:
-        tool_parser = HermesToolParser(tools)  # the only tool-call format so far; see TOOL_CALL_PARSERS
-    return ChatParser(reasoning=reasoning, tools=tool_parser)
+    return ChatParser(reasoning=reasoning, tools=tool_parser_factory(tools) if tools is not None else None)

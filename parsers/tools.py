@@ -15,6 +15,10 @@ class ToolSpec:
     name: str
     kind: Literal["function", "custom"] = "function"
     namespace: str | None = None
+    parameter_types: tuple[tuple[str, str], ...] = ()  # (parameter, JSON schema type) from the tool's schema
+
+    def parameter_type(self, parameter: str) -> str | None:
+        return dict(self.parameter_types).get(parameter)
 
     @property
     def model_name(self) -> str:

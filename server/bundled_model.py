@@ -14,6 +14,12 @@ from typing import Any
 BUNDLED_MODEL_NAME = "SmolLM2-135M-Instruct"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DONE_MARKER = ".converted"
+# Bumped whenever the conversion's output changes, so cached checkpoints are redone.
+_CONVERSION_VERSION = "2"
+# The GGUF says 8192; Codex's ~4.5k-token prompt plus its tool descriptions (~4.4k tokens in the Hermes
+# system prompt) needs more. With plain RoPE the limit changes no position's encoding up to 8192; beyond
+# it the model extrapolates, which a demonstration model can afford.
+BUNDLED_CONTEXT = 16384
 _GENERATION_DEFAULTS = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2, "temperature": 0.2, "top_p": 0.9,
                         "do_sample": True}
 
@@ -59,14 +65,15 @@ def bundled_gguf_path() -> Path:
 def ensure_bundled_model(target: Path | None = None) -> Path:
     """Return the converted checkpoint directory, converting the GGUF on first use."""
     target = target or cache_dir() / "models" / BUNDLED_MODEL_NAME
-    if (target / _DONE_MARKER).exists():
+    marker = target / _DONE_MARKER
+    if marker.exists() and marker.read_text().strip() == _CONVERSION_VERSION:
         return target
     gguf_path = bundled_gguf_path()
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
     try:
         convert_gguf(gguf_path, work)
-        (work / _DONE_MARKER).write_text("ok\n")
+        (work / _DONE_MARKER).write_text(_CONVERSION_VERSION + "\n")
         if target.exists():
             shutil.rmtree(target)
         work.rename(target)
@@ -86,6 +93,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     if "lm_head.weight" not in tensors:
         config.tie_word_embeddings = True
     config.architectures = ["LlamaForCausalLM"]
+    config.max_position_embeddings = max(config.max_position_embeddings, BUNDLED_CONTEXT)
     config.dtype = "float32"
     config.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from parsers.registry import check_names
+from parsers.registry import check_reasoning_parser
+from server.model_path import check_tool_call_parser
 from server.config import ServerConfig
 
 
@@ -96,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        check_names(args.reasoning_parser or None, args.tool_call_parser)
+        check_reasoning_parser(args.reasoning_parser or None)
+        check_tool_call_parser(args.tool_call_parser)
     except ValueError as exc:
         parser.error(str(exc))
     resolve_model(args)

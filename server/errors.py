@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import Request
@@ -9,6 +10,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+logger = logging.getLogger(__name__)
 
 
 class APIError(Exception):
@@ -55,7 +59,8 @@ def _is_union_tag(part: Any) -> bool:
     return isinstance(part, str) and (part[:1].isupper() or "[" in part or part in ("str", "list", "dict"))
 
 
-async def api_error_handler(_: Request, exc: APIError) -> JSONResponse:
+async def api_error_handler(request: Request, exc: APIError) -> JSONResponse:
+    logger.info("%s %s -> %d %s", request.method, request.url.path, exc.status, exc.message)
     return JSONResponse(exc.body(), status_code=exc.status)
 
 

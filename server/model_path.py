@@ -6,7 +6,13 @@ from typing import Any, Protocol
 
 from parsers.base import OutputParser
 from parsers.decoder import IncrementalDecoder
-from parsers.registry import make_chat_parser
+from parsers.registry import (
+    DEFAULT_TOOL_CALL_PARSER,
+    NEEDS_SPECIAL_TOKENS,
+    TOOL_CALL_PARSERS,
+    ToolParserFactory,
+    make_chat_parser,
+)
 from server.config import ServerConfig
 from server.prompt import ChatTemplateRenderer, RenderedPrompt
 from server.requests import ResponsesRequest
@@ -35,19 +41,39 @@ class ChatTemplatePath:
         self._tokenizer = tokenizer
         self._config = config
         self._renderer = ChatTemplateRenderer(tokenizer)
+        self._tool_parsers = tool_parser_factory(config.tool_call_parser, tokenizer)
 
     def render(self, request: ResponsesRequest) -> RenderedPrompt:
         return self._renderer.render(request)
 
     def new_parser(self, rendered: RenderedPrompt) -> OutputParser:
-        return make_chat_parser(self._config.reasoning_parser, self._config.tool_call_parser,
-                                rendered.text, rendered.tools)
+        return make_chat_parser(self._config.reasoning_parser, self._tool_parsers, rendered.text, rendered.tools)
 
     def new_decoder(self) -> IncrementalDecoder | None:
-        return IncrementalDecoder(self._tokenizer)
+        keep_special = self._config.tool_call_parser in NEEDS_SPECIAL_TOKENS
+        return IncrementalDecoder(self._tokenizer, skip_special_tokens=not keep_special)
 
     def token_text(self, token_id: int) -> str:
         return self._tokenizer.decode([token_id])
+
+
+def tool_parser_factory(name: str | None, tokenizer: Any) -> ToolParserFactory:
+    """Our own parser for the name if we have one, else vLLM's parser of that name through an adapter."""
+    if name is None or name in TOOL_CALL_PARSERS:
+        return TOOL_CALL_PARSERS[name or DEFAULT_TOOL_CALL_PARSER]
+    from server import vllm_tool_parser
+
+    return vllm_tool_parser.factory(name, tokenizer)
+
+
+def check_tool_call_parser(name: str | None) -> None:
+    """Fail at start-up on a tool-call parser that neither this project nor vLLM has."""
+    if name and name not in TOOL_CALL_PARSERS:
+        from server import vllm_tool_parser
+
+        if not vllm_tool_parser.known(name):
+            raise ValueError(f"unknown --tool-call-parser {name!r}; ours: {', '.join(TOOL_CALL_PARSERS)}, "
+                             "or any name vLLM registers")
 
 
 def choose_path(engine: Any, config: ServerConfig) -> ModelPath:

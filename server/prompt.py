@@ -83,13 +83,19 @@ def tool_table(request: ResponsesRequest) -> ToolTable | None:
     for tool in request.tools:
         kind = tool.get("type")
         if kind == "function" and tool.get("name"):
-            specs.append(ToolSpec(tool["name"]))
+            specs.append(ToolSpec(tool["name"], parameter_types=_parameter_types(tool)))
         elif kind == "custom" and tool.get("name"):
             specs.append(ToolSpec(tool["name"], kind="custom"))
         elif kind == "namespace" and tool.get("name"):
-            specs += [ToolSpec(t["name"], namespace=tool["name"])
+            specs += [ToolSpec(t["name"], namespace=tool["name"], parameter_types=_parameter_types(t))
                       for t in tool.get("tools") or [] if t.get("type") == "function" and t.get("name")]
     return ToolTable(tuple(specs)) if specs else None
+
+
+def _parameter_types(tool: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    properties = (tool.get("parameters") or {}).get("properties") or {}
+    return tuple((name, schema.get("type")) for name, schema in properties.items()
+                 if isinstance(schema, dict) and isinstance(schema.get("type"), str))
 
 
 def function_tools(request: ResponsesRequest) -> list[dict[str, Any]]:
@@ -129,7 +135,7 @@ HERMES_TOOL_PROMPT = (
 
 def hermes_messages(messages: list[ChatMessage], tools: list[dict[str, Any]]) -> list[ChatMessage]:
     """For a template with no tool section: tools in the system prompt, calls and results as Hermes text."""
-    description = HERMES_TOOL_PROMPT.format(tools="\n".join(json.dumps(t) for t in tools))
+    description = HERMES_TOOL_PROMPT.format(tools="\n".join(json.dumps(t, separators=(",", ":")) for t in tools))
     out: list[ChatMessage] = []
     for message in messages:
         if message.get("tool_calls"):

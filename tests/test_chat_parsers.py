@@ -12,14 +12,15 @@ from hypothesis import strategies as st
 from parsers.chat import ChatParser
 from parsers.decoder import IncrementalDecoder
 from parsers.deltas import Delta, Finished, ItemEnded, OutputText, ReasoningText, ToolCallArguments, ToolCallStarted
-from parsers.hermes import HermesToolParser
+from parsers.registry import NEEDS_SPECIAL_TOKENS, TOOL_CALL_PARSERS
 from parsers.reasoning import STYLES, ThinkingParser, starts_in_reasoning
 from parsers.tags import TagScanner
 from parsers.tools import ToolSpec, ToolTable
 from tests.helpers import build_events
 from tests.validator import validate_events
 
-TOOLS = ToolTable((ToolSpec("get_weather"), ToolSpec("apply_patch", kind="custom"), ToolSpec("read", namespace="fs")))
+TOOLS = ToolTable((ToolSpec("get_weather", parameter_types=(("city", "string"), ("days", "integer"))),
+                   ToolSpec("apply_patch", kind="custom"), ToolSpec("read", namespace="fs")))
 TAGS = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
 
 
@@ -34,16 +35,17 @@ def tag_tokenizer(bundled_model: Any) -> Any:
     return tokenizer
 
 
-def make_parser(reasoning: bool, in_reasoning: bool = False) -> ChatParser:
+def make_parser(reasoning: bool, in_reasoning: bool = False, tool_parser: str = "hermes") -> ChatParser:
     return ChatParser(reasoning=ThinkingParser(in_reasoning=in_reasoning) if reasoning else None,
-                      tools=HermesToolParser(TOOLS))
+                      tools=TOOL_CALL_PARSERS[tool_parser](TOOLS))
 
 
 def run(tokenizer: Any, output: str, cuts: list[int], reasoning: bool = True, in_reasoning: bool = False,
-        ) -> tuple[list[Delta], ChatParser]:
+        tool_parser: str = "hermes") -> tuple[list[Delta], ChatParser]:
     token_ids = tokenizer.encode(output, add_special_tokens=False)
     bounds = [0, *sorted({c % (len(token_ids) + 1) for c in cuts}), len(token_ids)]
-    decoder, parser = IncrementalDecoder(tokenizer), make_parser(reasoning, in_reasoning)
+    decoder = IncrementalDecoder(tokenizer, skip_special_tokens=tool_parser not in NEEDS_SPECIAL_TOKENS)
+    parser = make_parser(reasoning, in_reasoning, tool_parser)
     deltas: list[Delta] = []
     for a, b in zip(bounds, bounds[1:]):
         deltas += parser.feed(token_ids[a:b], *decoder.decode_step(token_ids[a:b]))
@@ -163,3 +165,85 @@ def test_tag_scanner_work_is_linear() -> None:
         assert tag is None
         assert len(scanner.held) <= len("<tool_call>")
     assert "".join(emitted) + scanner.flush() == "ab<" * 20000
+
+
+# -- the other tool-call formats -------------------------------------------------------------------
+
+WEATHER = [("ToolCallStarted", "get_weather"), ("ToolCallArguments", '{"city": "Paris", "days": 3}'), ("ItemEnded", None)]
+ROME = [("ToolCallStarted", "get_weather"), ("ToolCallArguments", '{"city": "Rome"}'), ("ItemEnded", None)]
+FORMATS: list[tuple[str, str, str, list[tuple[str, Any]]]] = [
+    ("qwen3_coder", "one call",
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+     "</parameter>\n</function>\n</tool_call>", WEATHER),
+    ("qwen3_coder", "text, two calls, no tool_call tags",
+     "Checking.\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>"
+     "\n</function>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>",
+     [("OutputText", "Checking.\n")] + WEATHER + [("OutputText", "\n")] + ROME),
+    ("qwen3_coder", "multi-line string with quotes",
+     '<tool_call>\n<function=read>\n<parameter=path>\na "b"\nc\\d\n</parameter>\n</function>\n</tool_call>',
+     [("ToolCallStarted", "read"), ("ToolCallArguments", '{"path": "a \\"b\\"\\nc\\\\d"}'), ("ItemEnded", None)]),
+    ("qwen3_coder", "truncated in a value",
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
+     [("ToolCallStarted", "get_weather"), ("ToolCallArguments", '{"city": "Par')]),
+    ("llama3_json", "one call", '{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}', WEATHER),
+    ("llama3_json", "two calls", '{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}; '
+     '{"name": "get_weather", "parameters": {"city": "Rome"}}', WEATHER + ROME),
+    ("llama3_json", "plain answer", "Paris is the capital.", [("OutputText", "Paris is the capital.")]),
+    ("llama3_json", "nested braces in strings", '{"name": "fs__read", "parameters": {"path": "a}{b", "o": {"x": [1]}}}',
+     [("ToolCallStarted", "read"), ("ToolCallArguments", '{"path": "a}{b", "o": {"x": [1]}}'), ("ItemEnded", None)]),
+    ("mistral", "v11 format with text before",
+     'Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}[TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}',
+     [("OutputText", "Sure.")] + WEATHER + ROME),
+    ("mistral", "list format", '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
+     '{"name": "get_weather", "arguments": {"city": "Rome"}}]', WEATHER + ROME),
+    ("mistral", "plain answer", "No tools needed.", [("OutputText", "No tools needed.")]),
+    ("pythonic", "two calls", '[get_weather(city="Paris", days=3), get_weather(city=\'Rome\')]', WEATHER + ROME),
+    ("pythonic", "nested literal values", "[fs__read(path='a,b)', opts={'x': [1, 2]}, flag=True)]",
+     [("ToolCallStarted", "read"), ("ToolCallArguments", '{"path": "a,b)", "opts": {"x": [1, 2]}, "flag": true}'),
+      ("ItemEnded", None)]),
+    ("pythonic", "no-argument call", "[now()]", [("ToolCallStarted", "now"), ("ToolCallArguments", "{}"),
+                                                ("ItemEnded", None)]),
+    ("pythonic", "plain answer starting with a bracket", "[1] is a footnote.",
+     [("OutputText", "[1] is a footnote.")]),
+]
+
+
+@pytest.fixture(scope="module")
+def mistral_tokenizer(bundled_model: Any) -> Any:
+    """A tokenizer whose `[TOOL_CALLS]`, `[ARGS]`, `[CALL_ID]` are special tokens, as in Mistral's vocabularies."""
+    from server.vllm_engine import load_tokenizer
+
+    tokenizer = type(load_tokenizer(str(bundled_model))).from_pretrained(str(bundled_model))
+    tokenizer.add_special_tokens({"additional_special_tokens": ["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"]})
+    return tokenizer
+
+
+@pytest.mark.parametrize(("tool_parser", "output", "expected"), [c[:1] + c[2:] for c in FORMATS],
+                         ids=[f"{c[0]}: {c[1]}" for c in FORMATS])
+def test_tool_call_formats_in_every_step_size(tokenizer: Any, mistral_tokenizer: Any, tool_parser: str,
+                                              output: str, expected: list[tuple[str, Any]]) -> None:
+    tok = mistral_tokenizer if tool_parser == "mistral" else tokenizer
+    n = len(tok.encode(output, add_special_tokens=False))
+    for step in sorted({1, 2, 3, 7, n}):
+        deltas, _ = run(tok, output, cuts=list(range(step, n, step)), reasoning=False, tool_parser=tool_parser)
+        assert merged(deltas) == expected, f"step size {step}"
+        if expected[-1] == ("ItemEnded", None):
+            for piece in [m[1] for m in merged(deltas) if m[0] == "ToolCallArguments"]:
+                json.loads(piece)  # the arguments are valid JSON
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=st.sampled_from(FORMATS), cuts=st.lists(st.integers(0, 300), max_size=30))
+def test_tool_call_formats_under_any_grouping(tokenizer: Any, mistral_tokenizer: Any, case: Any,
+                                              cuts: list[int]) -> None:
+    tool_parser, _, output, expected = case
+    tok = mistral_tokenizer if tool_parser == "mistral" else tokenizer
+    deltas, _ = run(tok, output, cuts, reasoning=False, tool_parser=tool_parser)
+    assert merged(deltas) == expected
+    validate_events(build_events(deltas, Finished("stop")))
+
+
+def test_string_arguments_stream_character_by_character_in_qwen3_coder(tokenizer: Any) -> None:
+    output = "<function=read>\n<parameter=path>\nsome/long/path/to/a/file.txt\n</parameter>\n</function>"
+    deltas, _ = run(tokenizer, output, cuts=list(range(1, 200)), reasoning=False, tool_parser="qwen3_coder")
+    assert sum(isinstance(d, ToolCallArguments) for d in deltas) > 6

@@ -181,7 +181,7 @@ def test_codex_exec_text_turn_completes(live: RunningServer, codex: Path, tmp_pa
                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
     events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     kinds = [event["type"] for event in events]
-    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "turn.completed" in kinds and "turn.failed" not in kinds, run.stdout[-2000:]
     usage = next(event["usage"] for event in events if event["type"] == "turn.completed")
     assert usage["input_tokens"] > 1000 and usage["output_tokens"] > 0  # Codex's prompt fits the context

@@ -82,7 +82,7 @@ def test_template_without_tools_gets_hermes_instructions(tokenizer: Any) -> None
         {"type": "function_call_output", "call_id": "c1", "output": "sunny"}],
         "tools": [{"type": "function", "name": "get", "parameters": {"type": "object", "properties": {}}}]})
     rendered = renderer.render(request)
-    assert "<tools>" in rendered.text and '"name": "get"' in rendered.text
+    assert "<tools>" in rendered.text and '"name":"get"' in rendered.text
     assert '<tool_call>\n{"name": "get", "arguments": {"city": "Paris"}}\n</tool_call>' in rendered.text
     assert "<tool_response>\nsunny\n</tool_response>" in rendered.text
     assert rendered.tools is not None and rendered.tools.lookup("get").kind == "function"

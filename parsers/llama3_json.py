@@ -1,0 +1,66 @@
+"""The `llama3_json` tool-call parser: an answer that is one or more `{"name": ..., "parameters": {...}}` objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Sequence
+
+from parsers.deltas import Delta, OutputText
+from parsers.json_call import JsonCallStreamer
+from parsers.tools import ToolTable
+
+_BETWEEN_CALLS = " \t\r\n;,"
+
+
+@dataclass
+class Llama3JsonToolParser:
+    """An answer starting with `{` is tool calls (`;`-separated, as Llama 3.x writes them); any other is text."""
+
+    tools: ToolTable
+    _mode: Literal["start", "text", "calls"] = "start"
+    _lead: str = ""  # leading whitespace, held until the first real character decides the mode
+    _call: JsonCallStreamer | None = None
+    _raw: list[str] = field(default_factory=list)  # the current call's text, to give back if it is not a call
+
+    def feed_text(self, text: str, token_ids: Sequence[int] = ()) -> list[Delta]:
+        if self._mode == "start":
+            self._lead += text
+            stripped = self._lead.lstrip()
+            if not stripped:
+                return []
+            self._mode = "calls" if stripped.startswith("{") else "text"
+            text, self._lead = (stripped if self._mode == "calls" else self._lead), ""
+        if self._mode == "text":
+            return [OutputText(text)] if text else []
+        return self._calls(text)
+
+    def finish(self) -> list[Delta]:
+        if self._mode == "start" and self._lead:
+            return [OutputText(self._lead)]
+        return self._end_call() if self._call else []
+
+    def _calls(self, text: str) -> list[Delta]:
+        deltas: list[Delta] = []
+        while text:
+            if self._call is None:
+                text = text.lstrip(_BETWEEN_CALLS)
+                if not text:
+                    break
+                if not text.startswith("{"):  # text after the calls: the rest is answer text
+                    self._mode = "text"
+                    return deltas + [OutputText(text)]
+                self._call, self._raw = JsonCallStreamer(self.tools), []
+            inside, after = self._call.feed(text)
+            self._raw.append(text if after is None else text[: len(text) - len(after)])
+            deltas += inside
+            if after is None:
+                break
+            deltas += self._end_call()
+            text = after
+        return deltas
+
+    def _end_call(self) -> list[Delta]:
+        call, self._call = self._call, None
+        assert call is not None
+        ended = call.close()
+        return ended if ended is not None else [OutputText("".join(self._raw))]
