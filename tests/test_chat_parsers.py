@@ -247,3 +247,31 @@ def test_string_arguments_stream_character_by_character_in_qwen3_coder(tokenizer
     output = "<function=read>\n<parameter=path>\nsome/long/path/to/a/file.txt\n</parameter>\n</function>"
     deltas, _ = run(tokenizer, output, cuts=list(range(1, 200)), reasoning=False, tool_parser="qwen3_coder")
     assert sum(isinstance(d, ToolCallArguments) for d in deltas) > 6
+
+
+@pytest.mark.parametrize("tool_parser", ["hermes", "qwen3_coder", "llama3_json", "pythonic"])
+def test_parsing_work_is_proportional_to_the_output(monkeypatch: pytest.MonkeyPatch, tool_parser: str) -> None:
+    """Characters the tag scanner looks at, fed one character at a time, stay within a constant factor."""
+    scanned = [0]
+    original = TagScanner.scan
+
+    def counting_scan(self: TagScanner, text: str, tags: Any) -> Any:
+        scanned[0] += len(self.held) + len(text)
+        return original(self, text, tags)
+
+    monkeypatch.setattr(TagScanner, "scan", counting_scan)
+    body = "".join(f"word{i} " for i in range(3000))
+    outputs = {
+        "hermes": f'<think>{body}</think>{body}<tool_call>{{"name": "get_weather", "arguments": {{"city": "{body}"}}}}'
+                  "</tool_call>",
+        "qwen3_coder": f"<think>{body}</think>{body}<function=get_weather>\n<parameter=city>\n{body}\n</parameter>\n"
+                       "</function>",
+        "llama3_json": f'{{"name": "get_weather", "parameters": {{"city": "{body}"}}}}',
+        "pythonic": f'[get_weather(city="{body}")]',
+    }
+    parser = make_parser(reasoning=True, tool_parser=tool_parser)
+    text = outputs[tool_parser]
+    for char in text:
+        parser.feed([0], char, [1])
+    parser.finish()
+    assert scanned[0] <= 16 * len(text)

@@ -128,3 +128,23 @@ def test_tools_are_described_to_a_template_without_tool_support(qwen3: Harness, 
     qwen3.raw_stream(input="x", tools=TOOLS)
     prompt = tokenizer.decode(qwen3.engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
     assert "<tools>" in prompt and '"get_weather"' in prompt and '"apply_patch"' in prompt
+
+
+def test_replayed_qwen3_output_through_the_replay_engine(tokenizer: Any) -> None:
+    """The production replay engine (not the test double), with recorded multi-token steps."""
+    from server.recording import Recording, ReplayEngine
+
+    ids = tokens(tokenizer, QWEN3_OUTPUT)
+    recording = Recording([1, 2, 3], [ids[i:i + 5] for i in range(0, len(ids), 5)], "stop")
+    engine = ReplayEngine([recording], tokenizer, max_model_len=8192)
+    config = ServerConfig(served_model_name=MODEL, reasoning_parser="qwen3", tool_call_parser="hermes")
+    context = ServingContext(config=config, engine_factory=lambda: engine)
+    with serve_in_thread(create_app(context)) as base_url:
+        harness = Harness(ScriptedEngine(tokenizer, [[]]), base_url)
+        events = harness.raw_stream(input="Weather in Paris and Rome?", tools=TOOLS)
+        with harness.client.responses.stream(model=MODEL, input="x", tools=TOOLS) as stream:  # type: ignore[arg-type]
+            sdk_final = stream.get_final_response()
+    final = validate_events(events)
+    assert [item.type for item in final.output] == ["reasoning", "message", "function_call", "function_call"]
+    assert [item.type for item in sdk_final.output] == ["reasoning", "message", "function_call", "function_call"]
+    assert sum(e["type"] == "response.function_call_arguments.delta" for e in events) >= 2
