@@ -62,7 +62,7 @@ class ItemEnded:
 
 Delta = Union[OutputText, Refusal, ReasoningText, ToolCallStarted, ToolCallArguments, ItemEnded]
 
-FinishReason = Literal["stop", "length", "abort", "error"]
+FinishReason = Literal["stop", "length", "abort", "error", "cancelled"]
 
 
 @dataclass(frozen=True)

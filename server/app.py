@@ -12,7 +12,9 @@ from fastapi import FastAPI
 from server import errors
 from server.config import ServerConfig
 from server.engine import Engine
+from server.background import BackgroundRuns
 from server.model_path import ModelPath, choose_path
+from server.store import ResponseStore
 from streaming.ids import IdFactory, random_id
 
 EngineFactory = Callable[[], Engine]
@@ -28,6 +30,8 @@ class ServingContext:
     clock: Callable[[], float] = time.time
     engine: Engine | None = None
     path: ModelPath | None = None
+    store: ResponseStore | None = None
+    background: BackgroundRuns = field(default_factory=BackgroundRuns)
     started_at: int = field(default_factory=lambda: int(time.time()))
 
     def start(self) -> None:
@@ -41,16 +45,23 @@ def create_app(context: ServingContext) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         context.start()
+        if context.store is not None:
+            await context.store.mark_interrupted("the server stopped while this response was running")
         try:
             yield
         finally:
+            await context.background.shutdown()
             if context.engine is not None:
                 await context.engine.shutdown()
+            if context.store is not None:
+                await context.store.close()
 
     from server.routes import router
+    from server.stored_routes import router as stored_router
 
     app = FastAPI(title="responses-server", lifespan=lifespan)
     app.state.context = context
     errors.install(app)
     app.include_router(router)
+    app.include_router(stored_router)
     return app

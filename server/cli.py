@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from parsers.registry import check_reasoning_parser
 from server.model_path import check_tool_call_parser
 from server.config import ServerConfig
+from server.store import RetentionPolicy
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="append one JSON line of engine output per request to FILE")
     server.add_argument("--replay-engine-output", type=Path, default=None, metavar="FILE",
                         help="serve recorded engine output from FILE instead of running the model")
+    server.add_argument("--store", default=None, metavar="URL",
+                        help="where responses are stored: sqlite:///PATH (default: sqlite in "
+                        "$RESPONSES_SERVER_DATA or ~/.local/share/responses-server), or 'none'")
+    server.add_argument("--store-max-age", type=float, default=None, metavar="SECONDS",
+                        help="delete stored responses older than this")
+    server.add_argument("--store-max-count", type=int, default=None, metavar="N",
+                        help="keep at most the newest N stored responses")
     server.add_argument("--harmony", action="store_true",
                         help="use the harmony (gpt-oss) path; automatic for gpt_oss models, needed for replays "
                         "of gpt-oss output without the model (no Hugging Face tokenizer is loaded then)")
@@ -88,6 +96,21 @@ def engine_factory(args: argparse.Namespace) -> Any:
     return live
 
 
+def open_store(url: str | None, retention: Any) -> Any:
+    """The response store named by --store: SQLite at a path, or none."""
+    from server.store import SqliteStore
+
+    if url == "none":
+        return None
+    if url is None:
+        data = os.environ.get("RESPONSES_SERVER_DATA") or os.path.join(Path.home(), ".local", "share",
+                                                                       "responses-server")
+        return SqliteStore(Path(data) / "responses.db", retention)
+    if url.startswith("sqlite:///"):
+        return SqliteStore(Path(url[len("sqlite://"):]), retention)
+    raise ValueError(f"--store {url!r}: use sqlite:///PATH or none")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     import uvicorn
 
@@ -110,7 +133,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         tool_call_parser=args.tool_call_parser,
         harmony=args.harmony,
     )
-    app = create_app(ServingContext(config=config, engine_factory=engine_factory(args)))
+    try:
+        store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count))
+    except ValueError as exc:
+        parser.error(str(exc))
+    app = create_app(ServingContext(config=config, engine_factory=engine_factory(args), store=store))
     print(f"[responses-server] serving '{config.served_model_name}' on http://{args.host}:{args.port}/v1",
           file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.uvicorn_log_level)

@@ -29,19 +29,26 @@ class ResponseRun:
     builder: ResponseBuilder
     token_text: Callable[[int], str] | None = None  # set when logprobs were asked for
 
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
     async def events(self) -> AsyncIterator[ResponseStreamEvent]:
+        """created, in_progress, the items' events, then exactly one terminal event.
+
+        Cancelling the task that iterates this closes the engine's stream (which aborts the request);
+        `cancelled()` then gives the terminal event.
+        """
         for event in self.builder.start():
             yield event
-        output_tokens = cached_tokens = 0
         finished: Finished | None = None
         try:
-            async with aclosing(self.engine.generate(self.request)) as steps:  # closed on break: aborts
+            async with aclosing(self.engine.generate(self.request)) as steps:
                 async for step in steps:
-                    output_tokens += len(step.token_ids)
-                    cached_tokens = max(cached_tokens, step.cached_tokens)
+                    self.output_tokens += len(step.token_ids)
+                    self.cached_tokens = max(self.cached_tokens, step.cached_tokens)
                     for event in self.builder.feed(self._parse(step)):
                         yield event
-                    if self.parser.error is not None:  # closing the engine's iterator aborts the request
+                    if self.parser.error is not None:  # leaving the loop closes the stream: aborts
                         finished = Finished("error", error_message=self.parser.error)
                         break
                     if step.finish_reason:
@@ -54,14 +61,21 @@ class ResponseRun:
             logger.exception("response %s failed", self.builder.response_id)
             finished = Finished("error", error_message=f"generation failed: {type(exc).__name__}: {exc}")
         finished = finished or Finished("error", error_message="the engine stopped without a finish reason")
+        for event in self._finish(finished):
+            yield event
+
+    def cancelled(self) -> list[ResponseStreamEvent]:
+        """The terminal events of a run whose iteration was cancelled (a background response's cancel)."""
+        return [] if self.builder.finished else self._finish(Finished("cancelled"))
+
+    def _finish(self, finished: Finished) -> list[ResponseStreamEvent]:
         usage = Usage(
             input_tokens=len(self.request.prompt_token_ids),
-            cached_tokens=cached_tokens,
-            output_tokens=output_tokens,
+            cached_tokens=self.cached_tokens,
+            output_tokens=self.output_tokens,
             reasoning_tokens=self.parser.reasoning_tokens,
         )
-        for event in self.builder.finish(Finished(finished.reason, usage, finished.error_code, finished.error_message)):
-            yield event
+        return self.builder.finish(Finished(finished.reason, usage, finished.error_code, finished.error_message))
 
     def _parse(self, step: EngineStep) -> list[Any]:
         text, token_ends = self.decoder.decode_step(step.token_ids) if self.decoder else ("", None)

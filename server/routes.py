@@ -12,13 +12,16 @@ from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 
 from server.app import ServingContext
+from server.background import LiveResponse
+from server.conversation import stored_input_items, with_history
 from server.echo import response_settings
 from server.engine import EngineRequest, SamplingSettings
 from server.errors import APIError, from_validation_error
 from server.generation import ResponseRun
+from server.persistence import StoredRun
 from server.requests import ResponsesRequest
 from streaming.builder import ResponseBuilder
-from streaming.sse import SEPARATOR, encode_event, keepalive_comment
+from streaming.sse import SEPARATOR, encode_event, encode_stored, keepalive_comment
 
 router = APIRouter()
 
@@ -49,17 +52,19 @@ async def create_response(request: Request) -> Response:
     context = _context(request)
     _check_api_key(request, context)
     body = await _read_body(request)
-    run = _prepare_run(context, body)
+    stored = await _prepare_stored_run(context, body)
+    if body.background:
+        return await _start_background(context, stored, body.stream)
     if body.stream:
         return EventSourceResponse(
-            _sse_frames(run),
+            _sse_frames(stored),
             ping=context.config.keepalive_seconds,
             ping_message_factory=keepalive_comment,
             sep=SEPARATOR,
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
-    await _drain_while_connected(run, request)
-    return JSONResponse(json.loads(run.builder.response().to_json(indent=None)))
+    await _drain_while_connected(stored, request)
+    return JSONResponse(json.loads(stored.run.builder.response().to_json(indent=None)))
 
 
 async def _read_body(request: Request) -> ResponsesRequest:
@@ -81,22 +86,47 @@ def _check_api_key(request: Request, context: ServingContext) -> None:
         raise APIError("Incorrect API key provided.", status=401, code="invalid_api_key")
 
 
-def _prepare_run(context: ServingContext, body: ResponsesRequest) -> ResponseRun:
-    """Everything that can reject the request happens here, before any byte of a stream is sent."""
+async def _prepare_stored_run(context: ServingContext, body: ResponsesRequest) -> StoredRun:
+    """The run, with the conversation behind `previous_response_id`, and where it will be stored."""
+    store = context.store if body.store else None
+    if body.background and store is None:
+        raise APIError("Background responses must be stored (store: true, and a server with a store).",
+                       param="background")
+    input_items = stored_input_items(body, context.ids) if store is not None else []
+    run = _prepare_run(context, await with_history(body, context.store), body)
+    return StoredRun(run, store, input_items, body.previous_response_id,
+                     keep_event_log=body.stream or body.background, background=body.background)
+
+
+async def _start_background(context: ServingContext, stored: StoredRun, stream: bool) -> Response:
+    """Saved at once as in progress, then generated detached from this request; a stream only follows it."""
+    await stored.save()
+    live = context.background.start(stored)
+    if stream:
+        return EventSourceResponse(follow_frames(live, -1), ping=context.config.keepalive_seconds,
+                                   ping_message_factory=keepalive_comment, sep=SEPARATOR)
+    return JSONResponse(json.loads(stored.run.builder.response().to_json(indent=None)))
+
+
+async def follow_frames(live: LiveResponse, after: int) -> AsyncIterator[Any]:
+    async for data in live.follow(after):
+        yield encode_stored(data)
+
+
+def _prepare_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest) -> ResponseRun:
+    """Everything that can reject the request happens here, before any byte of a stream is sent.
+
+    `conversation` is the request with its stored history; `body` is the request as sent (echoed back).
+    """
     served = context.config.served_model_name
     if body.model is not None and body.model != served:
         raise APIError(f"The model '{body.model}' does not exist; this server serves '{served}'.",
                        status=404, param="model", code="model_not_found")
-    if body.previous_response_id is not None:
-        raise APIError(f"Previous response with id '{body.previous_response_id}' not found.",
-                       status=404, param="previous_response_id", code="previous_response_not_found")
-    if body.background:
-        raise APIError("background responses are not supported by this server yet.", param="background")
     engine = context.engine
     assert engine is not None, "the engine starts with the app"
     path = context.path
     assert path is not None, "the model path is chosen when the app starts"
-    rendered = path.render(body)
+    rendered = path.render(conversation)
     prompt = rendered.token_ids
     room = engine.max_model_len - len(prompt)
     if room <= 0:
@@ -122,16 +152,16 @@ def _prepare_run(context: ServingContext, body: ResponsesRequest) -> ResponseRun
     )
 
 
-async def _sse_frames(run: ResponseRun) -> AsyncIterator[Any]:
-    async for event in run.events():
-        yield encode_event(event)
+async def _sse_frames(stored: StoredRun) -> AsyncIterator[Any]:
+    async for event, data in stored.events():
+        yield encode_event(event, data)
 
 
-async def _drain_while_connected(run: ResponseRun, request: Request) -> None:
+async def _drain_while_connected(stored: StoredRun, request: Request) -> None:
     """Run to the terminal event; a client that goes away cancels the run and so its engine request."""
 
     async def drain() -> None:
-        async for _ in run.events():
+        async for _ in stored.events():
             pass
 
     task = asyncio.ensure_future(drain())

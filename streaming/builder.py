@@ -72,6 +72,10 @@ _ITEM_ID_PREFIX: dict[ItemKind, str] = {
 }
 
 
+_FAILURE_MESSAGES = {"abort": "generation was aborted", "error": "generation failed",
+                     "cancelled": "the response was cancelled"}
+
+
 @dataclass
 class _Part:
     kind: PartKind
@@ -331,10 +335,12 @@ class ResponseBuilder:
                                       incomplete_details=IncompleteDetails(reason="max_output_tokens"))
             event = self._emit(ResponseIncompleteEvent, type="response.incomplete", response=response)
         else:
-            message = finished.error_message or ("generation was aborted" if finished.reason == "abort"
-                                                 else "generation failed")
+            # There is no `response.cancelled` event: a cancelled response ends with response.failed
+            # whose response has status "cancelled".
+            message = finished.error_message or _FAILURE_MESSAGES[finished.reason]
             error = ResponseError(code=finished.error_code, message=message)  # type: ignore[arg-type]
-            response = self._snapshot("failed", usage=usage, error=error)
+            status = "cancelled" if finished.reason == "cancelled" else "failed"
+            response = self._snapshot(status, usage=usage, error=error)
             event = self._emit(ResponseFailedEvent, type="response.failed", response=response)
         self._state.terminal = response
         return event

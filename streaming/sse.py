@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import json
+
 from openai.types.responses import ResponseStreamEvent
 from sse_starlette import ServerSentEvent
 
 SEPARATOR = "\n"
 
 
-def encode_event(event: ResponseStreamEvent) -> ServerSentEvent:
-    """The SSE frame for one event (written to the wire in a single send by sse-starlette)."""
-    return ServerSentEvent(data=event_json(event), event=event.type, sep=SEPARATOR)
+def encode_event(event: ResponseStreamEvent, data: str | None = None) -> ServerSentEvent:
+    """The SSE frame for one event (written to the wire in a single send by sse-starlette).
+
+    `data` is the event's JSON when the caller already has it.
+    """
+    return ServerSentEvent(data=data if data is not None else event_json(event), event=event.type, sep=SEPARATOR)
+
+
+def encode_stored(data: str) -> ServerSentEvent:
+    """The SSE frame for an event stored as JSON (a replay from the event log)."""
+    event_type = json.loads(data)["type"]
+    return ServerSentEvent(data=data, event=event_type, sep=SEPARATOR)
 
 
 def event_json(event: ResponseStreamEvent) -> str:

@@ -31,11 +31,12 @@ START_TIMEOUT = 600
 class RunningServer:
     """A `python -m server` subprocess and the clients that talk to it."""
 
-    def __init__(self, args: list[str], log: Path) -> None:
+    def __init__(self, args: list[str], log: Path, data_dir: Path | None = None) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.log = log
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.data_dir = data_dir or log.parent / "data"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "RESPONSES_SERVER_DATA": str(self.data_dir)}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "server", "--port", str(self.port), *args],
             stdout=log.open("w"), stderr=subprocess.STDOUT, env=env,
@@ -201,3 +202,29 @@ def test_logprobs_and_prefix_cache_usage(live: RunningServer) -> None:
     second = live.client.responses.create(model=MODEL, input=long_prompt, max_output_tokens=2)
     assert first.usage is not None and second.usage is not None
     assert second.usage.input_tokens_details.cached_tokens > 0
+
+
+
+def test_three_turns_across_a_restart(live: RunningServer, tmp_path: Path) -> None:
+    """previous_response_id on the real engine, a function call and its output in the middle, and a restart."""
+    first = live.client.responses.create(model=MODEL, input=QUESTION, temperature=0, max_output_tokens=16)
+    second = live.client.responses.create(
+        model=MODEL, previous_response_id=first.id, temperature=0, max_output_tokens=16,
+        tools=[{"type": "function", "name": "get_weather", "parameters": {  # type: ignore[list-item]
+            "type": "object", "properties": {"city": {"type": "string"}}}}],
+        input=[{"type": "function_call", "call_id": "call_e2e", "name": "get_weather",  # type: ignore[list-item]
+                "arguments": '{"city": "Paris"}'},
+               {"type": "function_call_output", "call_id": "call_e2e", "output": "sunny"}])
+    assert second.usage is not None and first.usage is not None
+    assert second.usage.input_tokens > first.usage.input_tokens  # the first turn is in the prompt
+    restarted = RunningServer([], tmp_path / "restarted.log", data_dir=live.data_dir)
+    try:
+        assert restarted.client.responses.retrieve(first.id).output_text == first.output_text
+        third = restarted.client.responses.create(model=MODEL, previous_response_id=second.id,
+                                                  input="Thanks!", temperature=0, max_output_tokens=8)
+        assert third.status in ("completed", "incomplete")
+        assert third.usage is not None and third.usage.input_tokens > second.usage.input_tokens
+        items = restarted.client.responses.input_items.list(second.id, order="asc")
+        assert [item.type for item in items.data] == ["function_call", "function_call_output"]
+    finally:
+        restarted.stop()

@@ -67,7 +67,8 @@ def validate_events(raw_events: list[dict[str, Any]]) -> Response:
 
     done_items = _validate_items(raw_events[2:-1])
     final = events[-1].response
-    _check(final.status == _TERMINAL_STATUS[events[-1].type], f"{events[-1].type} with status {final.status}")
+    allowed = {_TERMINAL_STATUS[events[-1].type]} | ({"cancelled"} if events[-1].type == "response.failed" else set())
+    _check(final.status in allowed, f"{events[-1].type} with status {final.status}")
     final_output = raw_events[-1]["response"]["output"]
     _check(final_output == done_items, "the final output differs from the output_item.done items")
     _validate_terminal(events[-1].type, final, raw_events[-1]["response"])

@@ -1,0 +1,62 @@
+"""Conversation state: input items as stored (with ids) and the history behind `previous_response_id`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from server.errors import APIError
+from server.requests import InputItem, MessageItem, ResponsesRequest
+from server.store import ResponseStore
+from streaming.ids import IdFactory
+
+_ITEMS = TypeAdapter(list[InputItem])
+_ID_PREFIX = {
+    "message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs",
+    "custom_tool_call": "ctc", "custom_tool_call_output": "ctco",
+}
+
+
+def stored_input_items(request: ResponsesRequest, ids: IdFactory) -> list[dict[str, Any]]:
+    """This request's input items in the shape the API lists them (each with an id, content as parts)."""
+    return [_stored_item(item, ids) for item in request.input_items()]
+
+
+def _stored_item(item: Any, ids: IdFactory) -> dict[str, Any]:
+    data = item.model_dump(exclude_none=True)
+    data["id"] = data.get("id") or ids(_ID_PREFIX[item.type])
+    if isinstance(item, MessageItem):
+        text_type = "output_text" if item.role == "assistant" else "input_text"
+        if isinstance(item.content, str):
+            data["content"] = [{"type": text_type, "text": item.content}]
+        if item.role == "assistant":
+            for part in data["content"]:
+                part.setdefault("annotations", [])
+        data.setdefault("status", "completed")
+    elif item.type in ("function_call", "function_call_output"):
+        data.setdefault("status", "completed")
+    return data
+
+
+async def with_history(request: ResponsesRequest, store: ResponseStore | None) -> ResponsesRequest:
+    """The request with the stored conversation before it: every earlier input and output, oldest first.
+
+    Instructions are not inherited (as in OpenAI's API): only this request's apply.
+    """
+    if request.previous_response_id is None:
+        return request
+    chain = []
+    response_id: str | None = request.previous_response_id
+    while response_id is not None:
+        record = await store.get(response_id) if store is not None else None
+        if record is None:
+            raise APIError(f"Previous response with id '{response_id}' not found.", status=404,
+                           param="previous_response_id", code="previous_response_not_found")
+        chain.append(record)
+        response_id = record.previous_response_id
+    history: list[dict[str, Any]] = []
+    for record in reversed(chain):
+        history += record.input_items + list(record.response.get("output") or [])
+    items = _ITEMS.validate_python(history) + request.input_items()
+    return request.model_copy(update={"input": items})

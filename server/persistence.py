@@ -1,0 +1,53 @@
+"""Storing a response as it finishes: the final response and its event log, saved before the terminal event leaves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from openai.types.responses import ResponseStreamEvent
+
+from server.generation import ResponseRun
+from server.store import ResponseStore, StoredResponse
+from streaming.sse import event_json
+
+
+@dataclass
+class StoredRun:
+    """A run whose events pass through here; with a store, the response is saved before its terminal event."""
+
+    run: ResponseRun
+    store: ResponseStore | None
+    input_items: list[dict[str, Any]] = field(default_factory=list)
+    previous_response_id: str | None = None
+    keep_event_log: bool = True
+    background: bool = False
+    _log: list[str] = field(default_factory=list)  # the events' JSON so far, when kept
+
+    async def events(self) -> AsyncIterator[tuple[ResponseStreamEvent, str]]:
+        """Each event with its JSON (encoded once, for the wire and the log)."""
+        log = self._log
+        async for event in self.run.events():
+            data = event_json(event)
+            if self.keep_event_log:
+                log.append(data)
+            if self.run.builder.finished and self.store is not None:
+                await self.save(log)  # before the client can see the end and ask for the response
+            yield event, data
+
+    async def cancelled(self) -> list[tuple[ResponseStreamEvent, str]]:
+        """After the run's iteration was cancelled: its terminal event, saved (status `cancelled`)."""
+        out = [(event, event_json(event)) for event in self.run.cancelled()]
+        if self.store is not None and out:
+            await self.save(self._log + [data for _, data in out])
+        return out
+
+    async def save(self, log: list[str] | None = None) -> None:
+        assert self.store is not None
+        response = self.run.builder.response()
+        await self.store.save(StoredResponse(
+            id=response.id, created_at=response.created_at, status=str(response.status),
+            response=response.model_dump(mode="json", by_alias=True, exclude_unset=True),
+            input_items=self.input_items, previous_response_id=self.previous_response_id,
+            background=self.background,
+        ), events=log or None)

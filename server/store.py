@@ -1,0 +1,201 @@
+"""The response store: stored responses with their input items and event logs; SQLite by default.
+
+The interface is async and small, so a shared backend for several replicas can stand behind it.
+The SQLite store runs every statement in one worker thread (never blocking the event loop), in WAL mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal, Protocol, TypeVar
+
+T = TypeVar("T")
+Order = Literal["asc", "desc"]
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """One response as stored: the final (or latest) Response JSON and what the request asked for."""
+
+    id: str
+    created_at: float
+    status: str
+    response: dict[str, Any]
+    input_items: list[dict[str, Any]]  # this request's input items, each with an id
+    previous_response_id: str | None = None
+    background: bool = False
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """Stored responses older than `max_age_seconds`, or beyond the newest `max_count`, are deleted."""
+
+    max_age_seconds: float | None = None
+    max_count: int | None = None
+
+
+class ResponseStore(Protocol):
+    """What the server needs from a store; every method is safe to call from the event loop."""
+
+    async def save(self, record: StoredResponse, events: list[str] | None = None) -> None: ...
+
+    async def get(self, response_id: str) -> StoredResponse | None: ...
+
+    async def events_after(self, response_id: str, after: int) -> list[str]: ...
+
+    async def delete(self, response_id: str) -> bool: ...
+
+    async def input_items(self, response_id: str, after: str | None, limit: int,
+                          order: Order) -> tuple[list[dict[str, Any]], bool]: ...
+
+    async def mark_interrupted(self, message: str) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    status TEXT NOT NULL,
+    response TEXT NOT NULL,
+    previous_response_id TEXT,
+    background INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS input_items (
+    response_id TEXT NOT NULL REFERENCES responses(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    item_id TEXT NOT NULL,
+    item TEXT NOT NULL,
+    PRIMARY KEY (response_id, position)
+);
+CREATE TABLE IF NOT EXISTS events (
+    response_id TEXT NOT NULL REFERENCES responses(id) ON DELETE CASCADE,
+    sequence_number INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    PRIMARY KEY (response_id, sequence_number)
+);
+CREATE INDEX IF NOT EXISTS responses_by_age ON responses(created_at);
+"""
+
+
+class SqliteStore:
+    """A file in the data directory; one connection used from one worker thread."""
+
+    def __init__(self, path: str | Path, retention: RetentionPolicy = RetentionPolicy()) -> None:
+        self.path = Path(path)
+        self.retention = retention
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="response-store")
+        self._connection: sqlite3.Connection | None = None
+
+    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._in_thread, work)
+
+    def _in_thread(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        if self._connection is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._connection = sqlite3.connect(self.path, check_same_thread=False)
+            self._connection.execute("PRAGMA journal_mode=WAL")
+            self._connection.execute("PRAGMA synchronous=NORMAL")
+            self._connection.execute("PRAGMA foreign_keys=ON")
+            self._connection.executescript(_SCHEMA)
+        with self._connection:  # one transaction per unit of work
+            return work(self._connection)
+
+    async def save(self, record: StoredResponse, events: list[str] | None = None) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT INTO responses (id, created_at, status, response, previous_response_id, background) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET status=excluded.status, "
+                "response=excluded.response",
+                (record.id, record.created_at, record.status, json.dumps(record.response),
+                 record.previous_response_id, int(record.background)))
+            db.executemany(
+                "INSERT OR IGNORE INTO input_items (response_id, position, item_id, item) VALUES (?, ?, ?, ?)",
+                [(record.id, n, item["id"], json.dumps(item)) for n, item in enumerate(record.input_items)])
+            if events:
+                first = _sequence_number(events[0])
+                db.executemany(
+                    "INSERT OR IGNORE INTO events (response_id, sequence_number, event) VALUES (?, ?, ?)",
+                    [(record.id, first + n, event) for n, event in enumerate(events)])
+            self._enforce_retention(db)
+
+        await self._run(write)
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        def read(db: sqlite3.Connection) -> StoredResponse | None:
+            row = db.execute("SELECT id, created_at, status, response, previous_response_id, background "
+                             "FROM responses WHERE id = ?", (response_id,)).fetchone()
+            if row is None:
+                return None
+            items = [json.loads(item) for (item,) in db.execute(
+                "SELECT item FROM input_items WHERE response_id = ? ORDER BY position", (response_id,))]
+            return StoredResponse(row[0], row[1], row[2], json.loads(row[3]), items, row[4], bool(row[5]))
+
+        return await self._run(read)
+
+    async def events_after(self, response_id: str, after: int) -> list[str]:
+        return await self._run(lambda db: [event for (event,) in db.execute(
+            "SELECT event FROM events WHERE response_id = ? AND sequence_number > ? ORDER BY sequence_number",
+            (response_id, after))])
+
+    async def delete(self, response_id: str) -> bool:
+        return await self._run(lambda db: db.execute(
+            "DELETE FROM responses WHERE id = ?", (response_id,)).rowcount > 0)
+
+    async def input_items(self, response_id: str, after: str | None, limit: int,
+                          order: Order) -> tuple[list[dict[str, Any]], bool]:
+        def read(db: sqlite3.Connection) -> tuple[list[dict[str, Any]], bool]:
+            direction, compare = ("ASC", ">") if order == "asc" else ("DESC", "<")
+            start = ""
+            parameters: list[Any] = [response_id]
+            if after is not None:
+                start = (f" AND position {compare} (SELECT position FROM input_items "
+                         "WHERE response_id = ? AND item_id = ?)")
+                parameters += [response_id, after]
+            rows = db.execute(f"SELECT item FROM input_items WHERE response_id = ?{start} "
+                              f"ORDER BY position {direction} LIMIT ?", (*parameters, limit + 1)).fetchall()
+            return [json.loads(item) for (item,) in rows[:limit]], len(rows) > limit
+
+        return await self._run(read)
+
+    async def mark_interrupted(self, message: str) -> int:
+        """On start-up: responses that were running when the server stopped are failed, with why."""
+
+        def mark(db: sqlite3.Connection) -> int:
+            rows = db.execute("SELECT id, response FROM responses WHERE status IN ('queued', 'in_progress')").fetchall()
+            for response_id, text in rows:
+                response = json.loads(text)
+                response.update(status="failed", error={"code": "server_error", "message": message})
+                db.execute("UPDATE responses SET status = 'failed', response = ? WHERE id = ?",
+                           (json.dumps(response), response_id))
+            return len(rows)
+
+        return await self._run(mark)
+
+    def _enforce_retention(self, db: sqlite3.Connection) -> None:
+        if self.retention.max_age_seconds is not None:
+            db.execute("DELETE FROM responses WHERE created_at < ?", (time.time() - self.retention.max_age_seconds,))
+        if self.retention.max_count is not None:
+            db.execute("DELETE FROM responses WHERE id NOT IN (SELECT id FROM responses "
+                       "ORDER BY created_at DESC LIMIT ?)", (self.retention.max_count,))
+
+    async def close(self) -> None:
+        def close_connection(_: sqlite3.Connection) -> None:
+            return None
+
+        if self._connection is not None:
+            await self._run(close_connection)
+            self._connection.close()
+            self._connection = None
+        self._executor.shutdown(wait=True)
+
+
+def _sequence_number(event: str) -> int:
+    return int(json.loads(event)["sequence_number"])

@@ -1,0 +1,93 @@
+"""Routes over stored responses: retrieve (or replay its stream), delete, and list input items."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator, Literal
+
+from fastapi import APIRouter, Query, Request
+from sse_starlette import EventSourceResponse
+
+from server.app import ServingContext
+from server.routes import follow_frames
+from server.errors import APIError
+from server.store import ResponseStore, StoredResponse
+from streaming.sse import SEPARATOR, encode_stored
+
+router = APIRouter()
+
+
+def _store(request: Request) -> ResponseStore:
+    context: ServingContext = request.app.state.context
+    expected = context.config.api_key
+    if expected and request.headers.get("authorization") != f"Bearer {expected}":
+        raise APIError("Incorrect API key provided.", status=401, code="invalid_api_key")
+    if context.store is None:
+        raise APIError("This server stores no responses (started with --store none).", status=404)
+    return context.store
+
+
+async def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
+    record = await store.get(response_id)
+    if record is None:
+        raise APIError(f"Response with id '{response_id}' not found.", status=404, type="invalid_request_error",
+                       param="response_id")
+    return record
+
+
+@router.get("/v1/responses/{response_id}")
+async def retrieve_response(request: Request, response_id: str, stream: bool = False,
+                            starting_after: int = Query(default=-1, ge=-1)) -> Any:
+    store = _store(request)
+    live = request.app.state.context.background.get(response_id)
+    if live is not None:  # still generating in the background: its live state
+        if stream:
+            return EventSourceResponse(follow_frames(live, starting_after), sep=SEPARATOR)
+        return _json(live.stored.run.builder.response())
+    record = await _stored(store, response_id)
+    if not stream:
+        return record.response
+    events = await store.events_after(response_id, starting_after)
+    if not events and starting_after < 0:
+        raise APIError(f"Response '{response_id}' was not streamed; it has no events to replay.", param="stream")
+    return EventSourceResponse(_replay(events), sep=SEPARATOR)
+
+
+async def _replay(events: list[str]) -> AsyncIterator[Any]:
+    for data in events:
+        yield encode_stored(data)
+
+
+@router.post("/v1/responses/{response_id}/cancel")
+async def cancel_response(request: Request, response_id: str) -> Any:
+    store = _store(request)
+    live = await request.app.state.context.background.cancel(response_id)
+    if live is not None:
+        return _json(live.stored.run.builder.response())
+    record = await _stored(store, response_id)
+    if not record.background:
+        raise APIError("Only background responses can be cancelled.", param="response_id")
+    return record.response  # it had already finished
+
+
+def _json(response: Any) -> Any:
+    return json.loads(response.to_json(indent=None))
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(request: Request, response_id: str) -> dict[str, Any]:
+    store = _store(request)
+    if not await store.delete(response_id):
+        raise APIError(f"Response with id '{response_id}' not found.", status=404, param="response_id")
+    return {"id": response_id, "object": "response", "deleted": True}
+
+
+@router.get("/v1/responses/{response_id}/input_items")
+async def list_input_items(request: Request, response_id: str, after: str | None = None,
+                           limit: int = Query(default=20, ge=1, le=100),
+                           order: Literal["asc", "desc"] = "desc") -> dict[str, Any]:
+    store = _store(request)
+    await _stored(store, response_id)
+    items, has_more = await store.input_items(response_id, after, limit, order)
+    return {"object": "list", "data": items, "has_more": has_more,
+            "first_id": items[0]["id"] if items else None, "last_id": items[-1]["id"] if items else None}

@@ -1,0 +1,269 @@
+"""The response store and the stateful API: retrieval, replay, delete, input items, previous_response_id."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from server.app import ServingContext, create_app
+from server.config import ServerConfig
+from server.store import RetentionPolicy, SqliteStore, StoredResponse
+from tests.conftest import serve_in_thread
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+from tests.sse import events_of, parse_frames
+from tests.test_server import MODEL, Harness
+from tests.validator import validate_events
+
+TOOLS = [{"type": "function", "name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}]
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def record(n: int, items: int = 3, created: float | None = None, status: str = "completed") -> StoredResponse:
+    return StoredResponse(id=f"resp_{n}", created_at=created if created is not None else time.time() + n,
+                          status=status, response={"id": f"resp_{n}", "status": status, "output": []},
+                          input_items=[{"id": f"msg_{n}_{i}", "type": "message"} for i in range(items)])
+
+
+def test_store_round_trip_pagination_and_delete(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = SqliteStore(tmp_path / "r.db")
+        await store.save(record(1, items=5), events=[json.dumps({"sequence_number": n, "type": "x"}) for n in range(4)])
+        got = await store.get("resp_1")
+        assert got is not None and got.response["id"] == "resp_1" and len(got.input_items) == 5
+        assert [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 1)] == [2, 3]
+        page, more = await store.input_items("resp_1", None, 2, "asc")
+        assert [i["id"] for i in page] == ["msg_1_0", "msg_1_1"] and more
+        page, more = await store.input_items("resp_1", "msg_1_1", 10, "asc")
+        assert [i["id"] for i in page] == ["msg_1_2", "msg_1_3", "msg_1_4"] and not more
+        page, more = await store.input_items("resp_1", "msg_1_3", 2, "desc")
+        assert [i["id"] for i in page] == ["msg_1_2", "msg_1_1"] and more
+        assert await store.delete("resp_1") and await store.get("resp_1") is None
+        assert not await store.delete("resp_1")
+        assert await store.events_after("resp_1", -1) == []
+        await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_concurrent_writers_and_restart(tmp_path: Path) -> None:
+    async def write_all() -> None:
+        store = SqliteStore(tmp_path / "r.db")
+        await asyncio.gather(*(store.save(record(n)) for n in range(64)))
+        await store.save(record(100, status="in_progress"))
+        await store.close()
+
+    async def reopen() -> None:
+        store = SqliteStore(tmp_path / "r.db")
+        assert all([await store.get(f"resp_{n}") for n in range(64)])
+        assert await store.mark_interrupted("server restarted") == 1
+        interrupted = await store.get("resp_100")
+        assert interrupted is not None and interrupted.status == "failed"
+        assert interrupted.response["error"]["message"] == "server restarted"
+        await store.close()
+
+    asyncio.run(write_all())
+    asyncio.run(reopen())
+
+
+def test_retention_by_age_and_count(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = SqliteStore(tmp_path / "r.db", RetentionPolicy(max_age_seconds=3600, max_count=3))
+        await store.save(record(0, created=time.time() - 7200))
+        for n in range(1, 6):
+            await store.save(record(n))
+        kept = [n for n in range(6) if await store.get(f"resp_{n}")]
+        assert kept == [3, 4, 5]
+        await store.close()
+
+    asyncio.run(scenario())
+
+
+# -- through the server ----------------------------------------------------------------------
+
+
+def served(tokenizer: Any, db: Path) -> Any:
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
+                             store=SqliteStore(db))
+    return engine, serve_in_thread(create_app(context))
+
+
+@pytest.fixture
+def stateful(tokenizer: Any, tmp_path: Path) -> Iterator[Harness]:
+    engine, server = served(tokenizer, tmp_path / "responses.db")
+    with server as base_url:
+        yield Harness(engine, base_url)  # a fresh server (and engine) for every test
+
+
+def say(tokenizer: Any, text: str) -> list[Any]:
+    return steps_from_tokens(tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id], cuts=[2])
+
+
+def test_streamed_response_is_retrievable_with_the_same_ids(stateful: Harness, tokenizer: Any) -> None:
+    stateful.play(say(tokenizer, "Paris."))
+    events = stateful.raw_stream(input="Capital of France?")
+    final = events[-1]["response"]
+    retrieved = stateful.client.responses.retrieve(final["id"])
+    assert retrieved.model_dump(mode="json", exclude_unset=True)["output"] == final["output"]
+    assert retrieved.output_text == "Paris."
+
+
+def test_stream_resumes_after_a_sequence_number(stateful: Harness, tokenizer: Any) -> None:
+    stateful.play(say(tokenizer, "Resumable answer here."))
+    events = stateful.raw_stream(input="x")
+    response_id = events[-1]["response"]["id"]
+    with httpx.stream("GET", f"{stateful.base_url}/responses/{response_id}",
+                      params={"stream": "true", "starting_after": 4}, timeout=30) as response:
+        replayed = events_of(parse_frames(response.iter_lines()))
+    assert replayed == events[5:]
+    with httpx.stream("GET", f"{stateful.base_url}/responses/{response_id}", params={"stream": "true"},
+                      timeout=30) as response:
+        assert validate_events(events_of(parse_frames(response.iter_lines()))).id == response_id
+
+
+def test_three_turns_with_a_function_call(stateful: Harness, tokenizer: Any) -> None:
+    stateful.play(steps_from_tokens(tokenizer.encode(CALL, add_special_tokens=False), cuts=[3], finish="stop"))
+    first = stateful.client.responses.create(model=MODEL, input="Weather in Paris?", tools=TOOLS,  # type: ignore[arg-type]
+                                             instructions="Answer like a pirate.")
+    call = first.output[0]
+    assert call.type == "function_call"
+    stateful.play(say(tokenizer, "It is sunny in Paris."))
+    second = stateful.client.responses.create(
+        model=MODEL, previous_response_id=first.id, tools=TOOLS,  # type: ignore[arg-type]
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 24C"}])
+    prompt = tokenizer.decode(stateful.engine.requests[-1].prompt_token_ids)
+    for text in ("Weather in Paris?", '"city": "Paris"', "sunny, 24C"):
+        assert text in prompt
+    assert "pirate" not in prompt  # instructions are not inherited
+    stateful.play(say(tokenizer, "Bring sunglasses."))
+    stateful.client.responses.create(model=MODEL, previous_response_id=second.id, input="What should I bring?")
+    prompt = tokenizer.decode(stateful.engine.requests[-1].prompt_token_ids)
+    for text in ("Weather in Paris?", "sunny, 24C", "It is sunny in Paris.", "What should I bring?"):
+        assert text in prompt
+    items = stateful.client.responses.input_items.list(second.id, order="asc")
+    assert [item.type for item in items.data] == ["function_call_output"]
+
+
+def test_store_false_is_neither_retrievable_nor_continuable(stateful: Harness, tokenizer: Any) -> None:
+    stateful.play(say(tokenizer, "Ephemeral."))
+    response = stateful.client.responses.create(model=MODEL, input="x", store=False)
+    assert httpx.get(f"{stateful.base_url}/responses/{response.id}").status_code == 404
+    follow_up = stateful.post(input="y", previous_response_id=response.id)
+    assert follow_up.status_code == 404 and follow_up.json()["error"]["param"] == "previous_response_id"
+
+
+def test_delete_then_get_is_404(stateful: Harness, tokenizer: Any) -> None:
+    stateful.play(say(tokenizer, "Gone soon."))
+    response = stateful.client.responses.create(model=MODEL, input="x")
+    stateful.client.responses.delete(response.id)
+    assert httpx.get(f"{stateful.base_url}/responses/{response.id}").status_code == 404
+    assert httpx.delete(f"{stateful.base_url}/responses/{response.id}").status_code == 404
+
+
+def test_input_items_pagination_in_both_orders(stateful: Harness, tokenizer: Any) -> None:
+    stateful.play(say(tokenizer, "ok"))
+    messages = [{"role": "user", "content": f"message {n}"} for n in range(7)]
+    response = stateful.client.responses.create(model=MODEL, input=messages)  # type: ignore[arg-type]
+    ascending = [item for item in stateful.client.responses.input_items.list(response.id, order="asc", limit=3)]
+    descending = [item for item in stateful.client.responses.input_items.list(response.id, order="desc", limit=2)]
+    assert [item.content[0].text for item in ascending] == [f"message {n}" for n in range(7)]  # type: ignore[union-attr]
+    assert [item.id for item in descending] == [item.id for item in reversed(ascending)]
+    first_page = stateful.client.responses.input_items.list(response.id, order="asc", limit=3)
+    assert first_page.has_more and len(first_page.data) == 3
+
+
+def test_stored_responses_survive_a_restart(tokenizer: Any, tmp_path: Path) -> None:
+    db = tmp_path / "responses.db"
+    engine, server = served(tokenizer, db)
+    engine.scripts = [say(tokenizer, "Before the restart.")]
+    with server as base_url:
+        first = Harness(engine, base_url).client.responses.create(model=MODEL, input="Remember me.")
+    engine, server = served(tokenizer, db)
+    engine.scripts = [say(tokenizer, "After the restart.")]
+    with server as base_url:
+        harness = Harness(engine, base_url)
+        assert harness.client.responses.retrieve(first.id).output_text == "Before the restart."
+        harness.client.responses.create(model=MODEL, input="Still there?", previous_response_id=first.id)
+        prompt = tokenizer.decode(engine.requests[-1].prompt_token_ids)
+        assert "Remember me." in prompt and "Before the restart." in prompt
+
+
+# -- background responses --------------------------------------------------------------------
+
+
+def slow(harness: Harness, tokenizer: Any, words: int = 40, delay: float = 0.03) -> None:
+    harness.engine.step_delay = delay
+    text = " ".join(f"word{n}" for n in range(words))
+    harness.play(steps_from_tokens(tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id],
+                                   cuts=list(range(1, 400))))
+
+
+def wait_for_status(harness: Harness, response_id: str, statuses: set[str], within: float = 20) -> Any:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        response = harness.client.responses.retrieve(response_id)
+        if response.status in statuses:
+            return response
+        time.sleep(0.05)
+    raise AssertionError(f"{response_id} never reached {statuses}")
+
+
+def test_background_returns_at_once_and_completes(stateful: Harness, tokenizer: Any) -> None:
+    slow(stateful, tokenizer)
+    started = stateful.client.responses.create(model=MODEL, input="x", background=True)
+    assert started.status in ("queued", "in_progress") and started.background
+    running = stateful.client.responses.retrieve(started.id)
+    assert running.status == "in_progress"
+    final = wait_for_status(stateful, started.id, {"completed"})
+    assert final.output_text.startswith("word0 word1")
+    assert stateful.engine.requests[-1].request_id in stateful.engine.finished
+
+
+def test_background_stream_survives_a_disconnect_and_resumes(stateful: Harness, tokenizer: Any) -> None:
+    slow(stateful, tokenizer)
+    with httpx.stream("POST", f"{stateful.base_url}/responses", timeout=30,
+                      json={"model": MODEL, "input": "x", "stream": True, "background": True}) as response:
+        frames = []
+        for line in response.iter_lines():
+            frames.append(line)
+            if sum(f.startswith("data:") for f in frames) == 6:
+                break
+    first = events_of(parse_frames(frames + [""]))
+    response_id = first[0]["response"]["id"]
+    with httpx.stream("GET", f"{stateful.base_url}/responses/{response_id}", timeout=30,
+                      params={"stream": "true", "starting_after": first[-1]["sequence_number"]}) as response:
+        rest = events_of(parse_frames(response.iter_lines()))
+    events = validate_events(first + rest)
+    assert events.status == "completed" and events.output_text.startswith("word0 word1")
+    assert stateful.engine.requests[-1].request_id in stateful.engine.finished  # never aborted
+
+
+def test_cancel_a_background_response(stateful: Harness, tokenizer: Any) -> None:
+    slow(stateful, tokenizer, words=400, delay=0.05)
+    started = stateful.client.responses.create(model=MODEL, input="x", background=True)
+    time.sleep(0.3)
+    cancelled = stateful.client.responses.cancel(started.id)
+    assert cancelled.status == "cancelled"
+    assert stateful.engine_aborted_last_request()
+    assert stateful.client.responses.retrieve(started.id).status == "cancelled"
+    with httpx.stream("GET", f"{stateful.base_url}/responses/{started.id}", params={"stream": "true"},
+                      timeout=30) as response:
+        events = events_of(parse_frames(response.iter_lines()))
+    validate_events(events)
+    assert events[-1]["response"]["status"] == "cancelled"
+
+
+def test_background_needs_store_and_only_background_can_be_cancelled(stateful: Harness, tokenizer: Any) -> None:
+    response = stateful.post(input="x", background=True, store=False)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "background"
+    stateful.play(say(tokenizer, "done"))
+    finished = stateful.client.responses.create(model=MODEL, input="x")
+    refused = httpx.post(f"{stateful.base_url}/responses/{finished.id}/cancel")
+    assert refused.status_code == 400
