@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from server import errors
 from server.config import ServerConfig
+from server.errors import APIError
 from server.engine import Engine
 from server.background import BackgroundRuns
 from server.model_path import ModelPath, choose_path
@@ -33,6 +34,12 @@ class ServingContext:
     store: ResponseStore | None = None
     background: BackgroundRuns = field(default_factory=BackgroundRuns)
     started_at: int = field(default_factory=lambda: int(time.time()))
+
+    def check_api_key(self, authorization: str | None) -> None:
+        """With --api-key, every route needs `Authorization: Bearer KEY`."""
+        expected = self.config.api_key
+        if expected and authorization != f"Bearer {expected}":
+            raise APIError("Incorrect API key provided.", status=401, code="invalid_api_key")
 
     def start(self) -> None:
         self.engine = self.engine_factory()

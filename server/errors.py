@@ -75,7 +75,8 @@ async def http_error_handler(_: Request, exc: StarletteHTTPException) -> JSONRes
     return JSONResponse(error.body(), status_code=exc.status_code)
 
 
-async def unexpected_error_handler(_: Request, exc: Exception) -> JSONResponse:
+async def unexpected_error_handler(request: Request, exc: Exception) -> JSONResponse:
+    logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     error = APIError(f"Internal server error: {type(exc).__name__}", status=500, type="server_error")
     return JSONResponse(error.body(), status_code=500)
 

@@ -12,7 +12,6 @@ from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 
 from server.app import ServingContext
-from server.background import LiveResponse
 from server.conversation import stored_input_items, with_history
 from server.echo import response_settings
 from server.engine import EngineRequest, SamplingSettings
@@ -21,7 +20,7 @@ from server.generation import ResponseRun
 from server.persistence import StoredRun
 from server.requests import ResponsesRequest
 from streaming.builder import ResponseBuilder
-from streaming.sse import SEPARATOR, encode_event, encode_stored, keepalive_comment
+from streaming.sse import SEPARATOR, encode_event, keepalive_comment, stored_frames
 
 router = APIRouter()
 
@@ -41,7 +40,7 @@ async def health() -> dict[str, str]:
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, Any]:
     context = _context(request)
-    _check_api_key(request, context)
+    context.check_api_key(request.headers.get("authorization"))
     model = {"id": context.config.served_model_name, "object": "model",
              "created": context.started_at, "owned_by": "responses-server"}
     return {"object": "list", "data": [model]}
@@ -50,7 +49,7 @@ async def list_models(request: Request) -> dict[str, Any]:
 @router.post("/v1/responses")
 async def create_response(request: Request) -> Response:
     context = _context(request)
-    _check_api_key(request, context)
+    context.check_api_key(request.headers.get("authorization"))
     body = await _read_body(request)
     stored = await _prepare_stored_run(context, body)
     if body.background:
@@ -80,12 +79,6 @@ async def _read_body(request: Request) -> ResponsesRequest:
         raise from_validation_error(exc) from None
 
 
-def _check_api_key(request: Request, context: ServingContext) -> None:
-    expected = context.config.api_key
-    if expected and request.headers.get("authorization") != f"Bearer {expected}":
-        raise APIError("Incorrect API key provided.", status=401, code="invalid_api_key")
-
-
 async def _prepare_stored_run(context: ServingContext, body: ResponsesRequest) -> StoredRun:
     """The run, with the conversation behind `previous_response_id`, and where it will be stored."""
     store = context.store if body.store else None
@@ -103,14 +96,9 @@ async def _start_background(context: ServingContext, stored: StoredRun, stream: 
     await stored.save()
     live = context.background.start(stored)
     if stream:
-        return EventSourceResponse(follow_frames(live, -1), ping=context.config.keepalive_seconds,
+        return EventSourceResponse(stored_frames(live.follow(-1)), ping=context.config.keepalive_seconds,
                                    ping_message_factory=keepalive_comment, sep=SEPARATOR)
     return JSONResponse(json.loads(stored.run.builder.response().to_json(indent=None)))
-
-
-async def follow_frames(live: LiveResponse, after: int) -> AsyncIterator[Any]:
-    async for data in live.follow(after):
-        yield encode_stored(data)
 
 
 def _prepare_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest) -> ResponseRun:

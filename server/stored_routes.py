@@ -9,19 +9,16 @@ from fastapi import APIRouter, Query, Request
 from sse_starlette import EventSourceResponse
 
 from server.app import ServingContext
-from server.routes import follow_frames
 from server.errors import APIError
 from server.store import ResponseStore, StoredResponse
-from streaming.sse import SEPARATOR, encode_stored
+from streaming.sse import SEPARATOR, stored_frames
 
 router = APIRouter()
 
 
 def _store(request: Request) -> ResponseStore:
     context: ServingContext = request.app.state.context
-    expected = context.config.api_key
-    if expected and request.headers.get("authorization") != f"Bearer {expected}":
-        raise APIError("Incorrect API key provided.", status=401, code="invalid_api_key")
+    context.check_api_key(request.headers.get("authorization"))
     if context.store is None:
         raise APIError("This server stores no responses (started with --store none).", status=404)
     return context.store
@@ -42,7 +39,7 @@ async def retrieve_response(request: Request, response_id: str, stream: bool = F
     live = request.app.state.context.background.get(response_id)
     if live is not None:  # still generating in the background: its live state
         if stream:
-            return EventSourceResponse(follow_frames(live, starting_after), sep=SEPARATOR)
+            return EventSourceResponse(stored_frames(live.follow(starting_after)), sep=SEPARATOR)
         return _json(live.stored.run.builder.response())
     record = await _stored(store, response_id)
     if not stream:
@@ -50,12 +47,12 @@ async def retrieve_response(request: Request, response_id: str, stream: bool = F
     events = await store.events_after(response_id, starting_after)
     if not events and starting_after < 0:
         raise APIError(f"Response '{response_id}' was not streamed; it has no events to replay.", param="stream")
-    return EventSourceResponse(_replay(events), sep=SEPARATOR)
+    return EventSourceResponse(stored_frames(_each(events)), sep=SEPARATOR)
 
 
-async def _replay(events: list[str]) -> AsyncIterator[Any]:
+async def _each(events: list[str]) -> AsyncIterator[str]:
     for data in events:
-        yield encode_stored(data)
+        yield data
 
 
 @router.post("/v1/responses/{response_id}/cancel")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import AsyncIterable, AsyncIterator
 
 from openai.types.responses import ResponseStreamEvent
 from sse_starlette import ServerSentEvent
@@ -27,6 +28,12 @@ def encode_stored(data: str) -> ServerSentEvent:
 def event_json(event: ResponseStreamEvent) -> str:
     """Compact JSON with the API's field names; only fields the builder set are written."""
     return event.to_json(indent=None)
+
+
+async def stored_frames(events: AsyncIterable[str]) -> AsyncIterator[ServerSentEvent]:
+    """SSE frames for events already encoded as JSON (an event log, or a background response followed)."""
+    async for data in events:
+        yield encode_stored(data)
 
 
 def keepalive_comment() -> ServerSentEvent:

@@ -32,27 +32,35 @@ class RunningServer:
     """A `python -m server` subprocess and the clients that talk to it."""
 
     def __init__(self, args: list[str], log: Path, data_dir: Path | None = None) -> None:
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.log = log
         self.data_dir = data_dir or log.parent / "data"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "RESPONSES_SERVER_DATA": str(self.data_dir)}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "server", "--port", str(self.port), *args],
-            stdout=log.open("w"), stderr=subprocess.STDOUT, env=env,
-        )
-        self._wait_until_healthy()
+        for _ in range(3):  # a port picked free can be taken meanwhile (vLLM binds ports of its own)
+            self.port = free_port()
+            self.base_url = f"http://127.0.0.1:{self.port}/v1"
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", "RESPONSES_SERVER_DATA": str(self.data_dir)}
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "server", "--port", str(self.port), *args],
+                stdout=log.open("w"), stderr=subprocess.STDOUT, env=env,
+            )
+            if self._wait_until_healthy():
+                break
+        else:
+            raise RuntimeError(f"server could not bind a port:\n{self.log.read_text()[-4000:]}")
         self.client = OpenAI(base_url=self.base_url, api_key="unused", _strict_response_validation=True,
                              max_retries=0, timeout=300)
 
-    def _wait_until_healthy(self) -> None:
+    def _wait_until_healthy(self) -> bool:
+        """True once healthy; False if the port was taken; raises on any other failure."""
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"server exited:\n{self.log.read_text()[-4000:]}")
+                output = self.log.read_text()
+                if "address already in use" in output:
+                    return False
+                raise RuntimeError(f"server exited:\n{output[-4000:]}")
             try:
                 if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
-                    return
+                    return True
             except httpx.HTTPError:
                 pass
             time.sleep(1)
@@ -207,11 +215,11 @@ def test_logprobs_and_prefix_cache_usage(live: RunningServer) -> None:
 
 def test_three_turns_across_a_restart(live: RunningServer, tmp_path: Path) -> None:
     """previous_response_id on the real engine, a function call and its output in the middle, and a restart."""
+    tools: Any = [{"type": "function", "name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}]
     first = live.client.responses.create(model=MODEL, input=QUESTION, temperature=0, max_output_tokens=16)
     second = live.client.responses.create(
-        model=MODEL, previous_response_id=first.id, temperature=0, max_output_tokens=16,
-        tools=[{"type": "function", "name": "get_weather", "parameters": {  # type: ignore[list-item]
-            "type": "object", "properties": {"city": {"type": "string"}}}}],
+        model=MODEL, previous_response_id=first.id, temperature=0, max_output_tokens=16, tools=tools,
         input=[{"type": "function_call", "call_id": "call_e2e", "name": "get_weather",  # type: ignore[list-item]
                 "arguments": '{"city": "Paris"}'},
                {"type": "function_call_output", "call_id": "call_e2e", "output": "sunny"}])
@@ -220,7 +228,7 @@ def test_three_turns_across_a_restart(live: RunningServer, tmp_path: Path) -> No
     restarted = RunningServer([], tmp_path / "restarted.log", data_dir=live.data_dir)
     try:
         assert restarted.client.responses.retrieve(first.id).output_text == first.output_text
-        third = restarted.client.responses.create(model=MODEL, previous_response_id=second.id,
+        third = restarted.client.responses.create(model=MODEL, previous_response_id=second.id, tools=tools,
                                                   input="Thanks!", temperature=0, max_output_tokens=8)
         assert third.status in ("completed", "incomplete")
         assert third.usage is not None and third.usage.input_tokens > second.usage.input_tokens
