@@ -87,8 +87,9 @@ async def _prepare_stored_run(context: ServingContext, body: ResponsesRequest) -
                        param="background")
     input_items = stored_input_items(body, context.ids) if store is not None else []
     run = _prepare_run(context, await with_history(body, context.store), body)
-    return StoredRun(run, store, input_items, body.previous_response_id,
-                     keep_event_log=body.stream or body.background, background=body.background)
+    keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
+    return StoredRun(run, store, input_items, body.previous_response_id, keep_event_log=keep_log,
+                     background=body.background)
 
 
 async def _start_background(context: ServingContext, stored: StoredRun, stream: bool) -> Response:

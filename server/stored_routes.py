@@ -11,7 +11,7 @@ from sse_starlette import EventSourceResponse
 from server.app import ServingContext
 from server.errors import APIError
 from server.store import ResponseStore, StoredResponse
-from streaming.sse import SEPARATOR, stored_frames
+from streaming.sse import SEPARATOR, keepalive_comment, stored_frames
 
 router = APIRouter()
 
@@ -39,7 +39,9 @@ async def retrieve_response(request: Request, response_id: str, stream: bool = F
     live = request.app.state.context.background.get(response_id)
     if live is not None:  # still generating in the background: its live state
         if stream:
-            return EventSourceResponse(stored_frames(live.follow(starting_after)), sep=SEPARATOR)
+            keepalive = request.app.state.context.config.keepalive_seconds
+            return EventSourceResponse(stored_frames(live.follow(starting_after)), sep=SEPARATOR, ping=keepalive,
+                                       ping_message_factory=keepalive_comment)
         return _json(live.stored.run.builder.response())
     record = await _stored(store, response_id)
     if not stream:
