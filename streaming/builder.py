@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Iterable
 
 from openai.types.responses import (
     Response,
@@ -12,21 +12,17 @@ from openai.types.responses import (
     ResponseContentPartAddedEvent,
     ResponseContentPartDoneEvent,
     ResponseCreatedEvent,
-    ResponseCustomToolCall,
     ResponseCustomToolCallInputDeltaEvent,
     ResponseCustomToolCallInputDoneEvent,
     ResponseError,
     ResponseFailedEvent,
     ResponseFunctionCallArgumentsDeltaEvent,
     ResponseFunctionCallArgumentsDoneEvent,
-    ResponseFunctionToolCall,
     ResponseIncompleteEvent,
     ResponseInProgressEvent,
     ResponseOutputItem,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
-    ResponseOutputMessage,
-    ResponseReasoningItem,
     ResponseReasoningTextDeltaEvent,
     ResponseReasoningTextDoneEvent,
     ResponseRefusalDeltaEvent,
@@ -34,10 +30,8 @@ from openai.types.responses import (
     ResponseStreamEvent,
     ResponseTextDeltaEvent,
     ResponseTextDoneEvent,
-    ResponseUsage,
 )
 from openai.types.responses.response import IncompleteDetails
-from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
 from parsers.deltas import (
     Delta,
@@ -46,17 +40,24 @@ from parsers.deltas import (
     OutputText,
     ReasoningText,
     Refusal,
-    TokenLogprob,
     ToolCallArguments,
     ToolCallStarted,
 )
 from streaming import ids as id_prefixes
 from streaming.ids import IdFactory, random_id
+from streaming.items import (
+    ItemKind,
+    ItemRecord,
+    ItemStatus,
+    PartKind,
+    PartRecord,
+    delta_logprob,
+    item_model,
+    part_model,
+    usage_model,
+)
 
 Clock = Callable[[], float]
-ItemKind = Literal["message", "reasoning", "function_call", "custom_tool_call"]
-PartKind = Literal["output_text", "refusal", "reasoning_text"]
-ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
 # Which item and content part each kind of text delta belongs to.
 _TEXT_TARGETS: dict[type, tuple[ItemKind, PartKind]] = {
@@ -70,37 +71,15 @@ _ITEM_ID_PREFIX: dict[ItemKind, str] = {
     "function_call": id_prefixes.FUNCTION_CALL,
     "custom_tool_call": id_prefixes.CUSTOM_TOOL_CALL,
 }
-
-
 _FAILURE_MESSAGES = {"abort": "generation was aborted", "error": "generation failed",
                      "cancelled": "the response was cancelled"}
-
-
-@dataclass
-class _Part:
-    kind: PartKind
-    chunks: list[str] = field(default_factory=list)
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    final_text: str | None = None  # set once, when the part closes
-
-
-@dataclass
-class _Item:
-    kind: ItemKind
-    id: str
-    output_index: int
-    parts: list[_Part] = field(default_factory=list)
-    name: str = ""
-    call_id: str = ""
-    namespace: str | None = None
-    arguments: list[str] = field(default_factory=list)
 
 
 @dataclass
 class _State:
     sequence_number: int = 0
     items: list[ResponseOutputItem] = field(default_factory=list)  # finished items, in output order
-    open_item: _Item | None = None
+    open_item: ItemRecord | None = None
     pending_whitespace: list[OutputText] = field(default_factory=list)
     started: bool = False
     terminal: Response | None = None
@@ -251,10 +230,10 @@ class ResponseBuilder:
     # -- items ------------------------------------------------------------------------------
 
     def _open_item(self, kind: ItemKind, **tool: Any) -> list[ResponseStreamEvent]:
-        item = _Item(kind=kind, id=self._ids(_ITEM_ID_PREFIX[kind]), output_index=len(self._state.items), **tool)
+        item = ItemRecord(kind=kind, id=self._ids(_ITEM_ID_PREFIX[kind]), output_index=len(self._state.items), **tool)
         self._state.open_item = item
         return [self._emit(ResponseOutputItemAddedEvent, type="response.output_item.added",
-                           output_index=item.output_index, item=_item_model(item, "in_progress"))]
+                           output_index=item.output_index, item=item_model(item, "in_progress"))]
 
     def _close_open_item(self, status: ItemStatus) -> list[ResponseStreamEvent]:
         item = self._state.open_item
@@ -270,7 +249,7 @@ class ResponseBuilder:
         elif item.kind == "custom_tool_call":
             events.append(self._emit(ResponseCustomToolCallInputDoneEvent, type="response.custom_tool_call_input.done",
                                      item_id=item.id, output_index=item.output_index, input="".join(item.arguments)))
-        done = _item_model(item, status)
+        done = item_model(item, status)
         self._state.items.append(done)
         self._state.open_item = None
         events.append(self._emit(ResponseOutputItemDoneEvent, type="response.output_item.done",
@@ -289,7 +268,7 @@ class ResponseBuilder:
         if isinstance(delta, OutputText):
             part.logprobs.extend(delta.logprobs)
             events.append(self._emit(ResponseTextDeltaEvent, type="response.output_text.delta", delta=delta.text,
-                                     logprobs=[_delta_logprob(lp) for lp in delta.logprobs], **where))
+                                     logprobs=[delta_logprob(lp) for lp in delta.logprobs], **where))
         elif isinstance(delta, Refusal):
             events.append(self._emit(ResponseRefusalDeltaEvent, type="response.refusal.delta", delta=delta.text, **where))
         else:
@@ -304,29 +283,29 @@ class ResponseBuilder:
         if item.parts and item.parts[-1].kind == kind:
             return []
         events = self._close_part(item, item.parts[-1]) if item.parts else []
-        item.parts.append(_Part(kind))
+        item.parts.append(PartRecord(kind))
         events.append(self._emit(ResponseContentPartAddedEvent, type="response.content_part.added",
                                  item_id=item.id, output_index=item.output_index,
-                                 content_index=len(item.parts) - 1, part=_part_model(item.parts[-1], "")))
+                                 content_index=len(item.parts) - 1, part=part_model(item.parts[-1], "")))
         return events
 
-    def _close_part(self, item: _Item, part: _Part) -> list[ResponseStreamEvent]:
+    def _close_part(self, item: ItemRecord, part: PartRecord) -> list[ResponseStreamEvent]:
         text = part.final_text = "".join(part.chunks)
         where = dict(item_id=item.id, output_index=item.output_index, content_index=item.parts.index(part))
         if part.kind == "output_text":
             done = self._emit(ResponseTextDoneEvent, type="response.output_text.done", text=text,
-                              logprobs=[_delta_logprob(lp) for lp in part.logprobs], **where)
+                              logprobs=[delta_logprob(lp) for lp in part.logprobs], **where)
         elif part.kind == "refusal":
             done = self._emit(ResponseRefusalDoneEvent, type="response.refusal.done", refusal=text, **where)
         else:
             done = self._emit(ResponseReasoningTextDoneEvent, type="response.reasoning_text.done", text=text, **where)
         return [done, self._emit(ResponseContentPartDoneEvent, type="response.content_part.done",
-                                     part=_part_model(part, text), **where)]
+                                     part=part_model(part, text), **where)]
 
     # -- the response -----------------------------------------------------------------------
 
     def _terminal_event(self, finished: Finished) -> ResponseStreamEvent:
-        usage = _usage_model(finished)
+        usage = usage_model(finished)
         if finished.reason == "stop":
             response = self._snapshot("completed", usage=usage, completed_at=int(self._clock()))
             event = self._emit(ResponseCompletedEvent, type="response.completed", response=response)
@@ -353,52 +332,3 @@ class ResponseBuilder:
         event = event_type(sequence_number=self._state.sequence_number, **fields)
         self._state.sequence_number += 1
         return event
-
-
-def _item_model(item: _Item, status: ItemStatus) -> ResponseOutputItem:
-    if item.kind == "message":
-        content = [_part_model(p, p.final_text) for p in item.parts] if status != "in_progress" else []
-        return ResponseOutputMessage(type="message", id=item.id, role="assistant", status=status, content=content)
-    if item.kind == "reasoning":
-        content = [_part_model(p, p.final_text) for p in item.parts] if status != "in_progress" else []
-        return ResponseReasoningItem(type="reasoning", id=item.id, summary=[], content=content, status=status)
-    arguments = "".join(item.arguments) if status != "in_progress" else ""
-    extra = {"namespace": item.namespace} if item.namespace else {}
-    if item.kind == "function_call":
-        return ResponseFunctionToolCall(type="function_call", id=item.id, call_id=item.call_id, name=item.name,
-                                        arguments=arguments, status=status, **extra)
-    # The SDK's custom_tool_call has no `status` field; it is sent anyway, as for every other item.
-    return ResponseCustomToolCall(type="custom_tool_call", id=item.id, call_id=item.call_id, name=item.name,
-                                  input=arguments, status=status, **extra)
-
-
-def _part_model(part: _Part, text: str | None) -> dict[str, Any]:
-    """A content part ("" while it streams); a dict, since each event module has its own part classes."""
-    text = text or ""
-    if part.kind == "output_text":
-        logprobs = [_output_logprob(lp) for lp in part.logprobs] if text else []
-        return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
-    if part.kind == "refusal":
-        return {"type": "refusal", "refusal": text}
-    return {"type": "reasoning_text", "text": text}
-
-
-def _delta_logprob(lp: TokenLogprob) -> dict[str, Any]:
-    return {"token": lp.token, "logprob": lp.logprob,
-            "top_logprobs": [{"token": t, "logprob": p} for t, p in lp.top]}
-
-
-def _output_logprob(lp: TokenLogprob) -> dict[str, Any]:
-    return {"token": lp.token, "bytes": lp.bytes, "logprob": lp.logprob,
-            "top_logprobs": [{"token": t, "bytes": list(t.encode()), "logprob": p} for t, p in lp.top]}
-
-
-def _usage_model(finished: Finished) -> ResponseUsage:
-    u = finished.usage
-    return ResponseUsage(
-        input_tokens=u.input_tokens,
-        input_tokens_details=InputTokensDetails(cached_tokens=u.cached_tokens, cache_write_tokens=0),
-        output_tokens=u.output_tokens,
-        output_tokens_details=OutputTokensDetails(reasoning_tokens=u.reasoning_tokens),
-        total_tokens=u.input_tokens + u.output_tokens,
-    )

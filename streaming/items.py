@@ -1,0 +1,95 @@
+"""The builder's item records and the openai SDK models made from them (items, parts, logprobs, usage)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from openai.types.responses import (
+    ResponseCustomToolCall,
+    ResponseFunctionToolCall,
+    ResponseOutputItem,
+    ResponseOutputMessage,
+    ResponseReasoningItem,
+    ResponseUsage,
+)
+from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+from parsers.deltas import Finished, TokenLogprob
+
+ItemKind = Literal["message", "reasoning", "function_call", "custom_tool_call"]
+PartKind = Literal["output_text", "refusal", "reasoning_text"]
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
+
+@dataclass
+class PartRecord:
+    """One content part as it accumulates: its text pieces (joined once, when it closes) and logprobs."""
+
+    kind: PartKind
+    chunks: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    final_text: str | None = None  # set once, when the part closes
+
+
+@dataclass
+class ItemRecord:
+    """One output item: its id and output_index fixed when it opens, its parts or tool-call arguments."""
+
+    kind: ItemKind
+    id: str
+    output_index: int
+    parts: list[PartRecord] = field(default_factory=list)
+    name: str = ""
+    call_id: str = ""
+    namespace: str | None = None
+    arguments: list[str] = field(default_factory=list)
+
+
+def item_model(item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
+    if item.kind == "message":
+        content = [part_model(p, p.final_text) for p in item.parts] if status != "in_progress" else []
+        return ResponseOutputMessage(type="message", id=item.id, role="assistant", status=status, content=content)
+    if item.kind == "reasoning":
+        content = [part_model(p, p.final_text) for p in item.parts] if status != "in_progress" else []
+        return ResponseReasoningItem(type="reasoning", id=item.id, summary=[], content=content, status=status)
+    arguments = "".join(item.arguments) if status != "in_progress" else ""
+    extra = {"namespace": item.namespace} if item.namespace else {}
+    if item.kind == "function_call":
+        return ResponseFunctionToolCall(type="function_call", id=item.id, call_id=item.call_id, name=item.name,
+                                        arguments=arguments, status=status, **extra)
+    # The SDK's custom_tool_call has no `status` field; it is sent anyway, as for every other item.
+    return ResponseCustomToolCall(type="custom_tool_call", id=item.id, call_id=item.call_id, name=item.name,
+                                  input=arguments, status=status, **extra)
+
+
+def part_model(part: PartRecord, text: str | None) -> dict[str, Any]:
+    """A content part ("" while it streams); a dict, since each event module has its own part classes."""
+    text = text or ""
+    if part.kind == "output_text":
+        logprobs = [output_logprob(lp) for lp in part.logprobs] if text else []
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
+    if part.kind == "refusal":
+        return {"type": "refusal", "refusal": text}
+    return {"type": "reasoning_text", "text": text}
+
+
+def delta_logprob(lp: TokenLogprob) -> dict[str, Any]:
+    return {"token": lp.token, "logprob": lp.logprob,
+            "top_logprobs": [{"token": t, "logprob": p} for t, p in lp.top]}
+
+
+def output_logprob(lp: TokenLogprob) -> dict[str, Any]:
+    return {"token": lp.token, "bytes": lp.bytes, "logprob": lp.logprob,
+            "top_logprobs": [{"token": t, "bytes": list(t.encode()), "logprob": p} for t, p in lp.top]}
+
+
+def usage_model(finished: Finished) -> ResponseUsage:
+    u = finished.usage
+    return ResponseUsage(
+        input_tokens=u.input_tokens,
+        input_tokens_details=InputTokensDetails(cached_tokens=u.cached_tokens, cache_write_tokens=0),
+        output_tokens=u.output_tokens,
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=u.reasoning_tokens),
+        total_tokens=u.input_tokens + u.output_tokens,
+    )
