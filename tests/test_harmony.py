@@ -249,3 +249,26 @@ def test_path_is_chosen_once_per_model() -> None:
     Engine.model_type = "llama"
     assert isinstance(choose_path(Engine(), ServerConfig(MODEL)), ChatTemplatePath)
     assert isinstance(choose_path(Engine(), ServerConfig(MODEL, harmony=True)), HarmonyPath)
+
+
+def test_previous_response_id_on_the_harmony_path(tmp_path: Path) -> None:
+    """The stored reasoning, preamble and calls go back into the harmony prompt of the next turn."""
+    from server.store import SqliteStore
+
+    engine = ScriptedEngine(tokenizer=None, scripts=[steps_from_tokens(CALLS_WITH_PREAMBLE, cuts=[9])],
+                            max_model_len=131072)
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL, harmony=True),
+                             engine_factory=lambda: engine, store=SqliteStore(tmp_path / "r.db"))
+    with serve_in_thread(create_app(context)) as base_url:
+        client = Harness(engine, base_url).client
+        first = client.responses.create(model=MODEL, input="Weather in Paris and Rome?", tools=TOOLS)  # type: ignore[arg-type]
+        calls = [item for item in first.output if item.type == "function_call"]
+        engine.scripts = [steps_from_tokens(REASONING_THEN_FINAL, cuts=[4])]
+        client.responses.create(model=MODEL, previous_response_id=first.id, tools=TOOLS,  # type: ignore[arg-type]
+                                input=[{"type": "function_call_output", "call_id": c.call_id, "output": f"sunny {n}"}
+                                       for n, c in enumerate(calls)])
+    prompt = harmony_encoding().decode(engine.requests[-1].prompt_token_ids)
+    assert "Weather in Paris and Rome?" in prompt
+    assert "Need weather for two cities." in prompt  # reasoning between tool calls of the turn is kept
+    assert prompt.count("to=functions.get_weather") == 2
+    assert "<|start|>functions.get_weather" in prompt and "sunny 1" in prompt
