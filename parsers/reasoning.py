@@ -76,8 +76,7 @@ class ThinkingParser:
             if before.strip():
                 self._at_start = False  # real text has begun: no opening tag is recognised any more
                 if tag == THINK_START:  # "<think>" after answer text is just text
-                    before, tag = before + tag, None
-                    deltas += self._emit(before)
+                    deltas += self._emit(before + tag)
                     text = after
                     continue
             elif tag == THINK_START:
