@@ -62,7 +62,7 @@ async def engine_baseline(model: str, requests: int, max_tokens: int) -> dict[st
 def server_run(requests: int, max_tokens: int) -> dict[str, float]:
     port = 8765
     started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-m", "server", "--port", str(port)],
+    process = subprocess.Popen([sys.executable, "-m", "server", "--port", str(port), "--store", "none"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while True:
@@ -75,10 +75,11 @@ def server_run(requests: int, max_tokens: int) -> dict[str, float]:
         ttfts, rates = [], []
         body = {"model": "SmolLM2-135M-Instruct", "input": PROMPT, "stream": True, "temperature": 0,
                 "max_output_tokens": max_tokens}
+        client = httpx.Client(timeout=600)  # one client, as SDK users have: no per-request client set-up
         for _ in range(requests):
             t0 = time.perf_counter()
             first = None
-            with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/responses", json=body, timeout=600) as response:
+            with client.stream("POST", f"http://127.0.0.1:{port}/v1/responses", json=body) as response:
                 for line in response.iter_lines():
                     if first is None and line.startswith("event: response.output_text.delta"):
                         first = time.perf_counter()
@@ -89,6 +90,7 @@ def server_run(requests: int, max_tokens: int) -> dict[str, float]:
             assert first is not None
             ttfts.append(first - t0)
             rates.append((usage["output_tokens"] - 1) / (end - first))
+        client.close()
         return {"startup_s": startup, "ttft_s": statistics.median(ttfts), "tokens_per_s": statistics.median(rates)}
     finally:
         process.terminate()
