@@ -15,8 +15,12 @@ from server.errors import APIError
 from server.engine import Engine
 from server.background import BackgroundRuns
 from server.model_path import ModelPath, choose_path
+from server.requests import ResponsesRequest
 from server.store import ResponseStore
+from parsers.deltas import Finished, OutputText
+from streaming.builder import ResponseBuilder
 from streaming.ids import IdFactory, random_id
+from streaming.sse import event_json
 
 EngineFactory = Callable[[], Engine]
 
@@ -44,6 +48,15 @@ class ServingContext:
     def start(self) -> None:
         self.engine = self.engine_factory()
         self.path = choose_path(self.engine, self.config)
+        _warm_up(self.config.served_model_name, self.path)
+
+
+def _warm_up(model: str, path: ModelPath) -> None:
+    """Render and build one throwaway response, so the first real request pays no first-use costs."""
+    path.render(ResponsesRequest.model_validate({"model": model, "input": "hi"}))
+    builder = ResponseBuilder({"model": model})
+    for event in builder.start() + builder.feed([OutputText("warm")]) + builder.finish(Finished("stop")):
+        event_json(event)
 
 
 def create_app(context: ServingContext) -> FastAPI:
