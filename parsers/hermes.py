@@ -24,7 +24,6 @@ class HermesToolParser:
     tools: ToolTable
     _scanner: TagScanner = field(default_factory=TagScanner)
     _call: JsonCallStreamer | None = None
-    _call_text: list[str] = field(default_factory=list)  # the raw call, kept only to give a bad call back
 
     def feed_text(self, text: str, token_ids: Sequence[int] = ()) -> list[Delta]:
         deltas: list[Delta] = []
@@ -34,7 +33,7 @@ class HermesToolParser:
             if tag is None:
                 return deltas
             if tag == CALL_START:
-                self._call, self._call_text = JsonCallStreamer(self.tools), []
+                self._call = JsonCallStreamer(self.tools)
             else:
                 deltas += self._end_call(CALL_END)
             text = after
@@ -48,10 +47,7 @@ class HermesToolParser:
             return []
         if self._call is None:
             return [OutputText(text)]
-        self._call_text.append(text)
-        if self._call.closed:
-            return []  # whitespace between the object and the end tag
-        deltas, _ = self._call.feed(text)
+        deltas, _ = self._call.feed(text)  # after the object closed, it only records the text
         return deltas
 
     def _end_call(self, end_tag: str) -> list[Delta]:
@@ -59,5 +55,5 @@ class HermesToolParser:
         assert call is not None
         ended = call.close()
         if ended is None:
-            return [OutputText(CALL_START + "".join(self._call_text) + end_tag)]
+            return [OutputText(CALL_START + call.raw_text + end_tag)]
         return ended

@@ -35,6 +35,7 @@ class JsonCallStreamer:
     _arguments_done: bool = False
     closed: bool = False  # the call's object has closed
     _ended: bool = False  # close() has run
+    _raw: list[str] = field(default_factory=list)  # all text fed, to give back a call that does not parse
 
     def feed(self, text: str) -> tuple[list[Delta], str | None]:
         """Deltas for the call text, and the text after the call once its object closed (else None).
@@ -42,11 +43,18 @@ class JsonCallStreamer:
         The caller then calls `close()`.
         """
         if self.closed:
+            self._raw.append(text)  # text after the object (say, before an end tag) is part of the call's source
             return [], text
         end = self._outer.feed(text)
         inside, after = (text, None) if end < 0 else (text[:end], text[end:])
+        self._raw.append(inside)
         self.closed = after is not None
         return self._consume(inside), after
+
+    @property
+    def raw_text(self) -> str:
+        """The text the call was written as, for giving it back when it does not parse."""
+        return "".join(self._raw)
 
     def close(self) -> list[Delta] | None:
         """End the call (its object closed, or its end tag or the output came first); None: not a call.

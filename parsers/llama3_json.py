@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Sequence
 
 from parsers.deltas import Delta, OutputText
@@ -20,7 +20,6 @@ class Llama3JsonToolParser:
     _mode: Literal["start", "text", "calls"] = "start"
     _lead: str = ""  # leading whitespace, held until the first real character decides the mode
     _call: JsonCallStreamer | None = None
-    _raw: list[str] = field(default_factory=list)  # the current call's text, to give back if it is not a call
 
     def feed_text(self, text: str, token_ids: Sequence[int] = ()) -> list[Delta]:
         if self._mode == "start":
@@ -49,9 +48,8 @@ class Llama3JsonToolParser:
                 if not text.startswith("{"):  # text after the calls: the rest is answer text
                     self._mode = "text"
                     return deltas + [OutputText(text)]
-                self._call, self._raw = JsonCallStreamer(self.tools), []
+                self._call = JsonCallStreamer(self.tools)
             inside, after = self._call.feed(text)
-            self._raw.append(text if after is None else text[: len(text) - len(after)])
             deltas += inside
             if after is None:
                 break
@@ -63,4 +61,4 @@ class Llama3JsonToolParser:
         call, self._call = self._call, None
         assert call is not None
         ended = call.close()
-        return ended if ended is not None else [OutputText("".join(self._raw))]
+        return ended if ended is not None else [OutputText(call.raw_text)]
