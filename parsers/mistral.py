@@ -56,7 +56,7 @@ class MistralToolParser:
     def finish(self) -> list[Delta]:
         deltas = self._plain(self._scanner.flush(), None) if self._state == "text" else []
         if self._state == "list" and self._call is not None:
-            deltas += self._call.close() or []
+            deltas += _closed(self._call)
         return deltas
 
     def _plain(self, text: str, tag: str | None) -> list[Delta]:
@@ -99,4 +99,10 @@ class MistralToolParser:
         if after is None:
             return deltas, ""
         call, self._call = self._call, None
-        return deltas + (call.close() or []), after
+        return deltas + _closed(call), after
+
+
+def _closed(call: JsonCallStreamer) -> list[Delta]:
+    """The call's end; a call that does not parse is given back as text, never dropped."""
+    ended = call.close()
+    return ended if ended is not None else [OutputText(call.raw_text)]

@@ -197,6 +197,8 @@ FORMATS: list[tuple[str, str, str, list[tuple[str, Any]]]] = [
     ("mistral", "list format", '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
      '{"name": "get_weather", "arguments": {"city": "Rome"}}]', WEATHER + ROME),
     ("mistral", "plain answer", "No tools needed.", [("OutputText", "No tools needed.")]),
+    ("mistral", "malformed list element kept as text", '[TOOL_CALLS] [{"name": 1}, {"name": "get_weather", '
+     '"arguments": {"city": "Rome"}}]', [("OutputText", '{"name": 1}')] + ROME),
     ("pythonic", "two calls", '[get_weather(city="Paris", days=3), get_weather(city=\'Rome\')]', WEATHER + ROME),
     ("pythonic", "nested literal values", "[fs__read(path='a,b)', opts={'x': [1, 2]}, flag=True)]",
      [("ToolCallStarted", "read"), ("ToolCallArguments", '{"path": "a,b)", "opts": {"x": [1, 2]}, "flag": true}'),
