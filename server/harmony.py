@@ -8,6 +8,7 @@ from functools import lru_cache
 from typing import Any
 
 from parsers.harmony import FUNCTIONS_PREFIX, HarmonyParser
+from parsers.tools import ToolTable
 from server.config import ServerConfig
 from server.errors import APIError
 from server.prompt import RenderedPrompt, function_tools, tool_table
@@ -46,11 +47,12 @@ class HarmonyPath:
     def render(self, request: ResponsesRequest) -> RenderedPrompt:
         from openai_harmony import RenderConversationConfig, Role
 
-        conversation = harmony_conversation(request, self._today or datetime.date.today())
+        table = tool_table(request)
+        conversation = harmony_conversation(request, self._today or datetime.date.today(), table)
         # Earlier turns' analysis is dropped after a final answer, as gpt-oss was trained.
         token_ids = self._encoding.render_conversation_for_completion(
             conversation, Role.ASSISTANT, config=RenderConversationConfig(auto_drop_analysis=True))
-        return RenderedPrompt(token_ids=list(token_ids), text="", tools=tool_table(request),
+        return RenderedPrompt(token_ids=list(token_ids), text="", tools=table,
                               stop_token_ids=self._stop_tokens)
 
     def new_parser(self, rendered: RenderedPrompt) -> HarmonyParser:
@@ -63,7 +65,7 @@ class HarmonyPath:
         return self._encoding.decode([token_id])
 
 
-def harmony_conversation(request: ResponsesRequest, today: datetime.date) -> Any:
+def harmony_conversation(request: ResponsesRequest, today: datetime.date, table: ToolTable | None) -> Any:
     """System (effort, date), developer (instructions, function tools), then every input item."""
     from openai_harmony import Conversation, DeveloperContent, Message, ReasoningEffort, Role, SystemContent, \
         ToolDescription
@@ -73,7 +75,7 @@ def harmony_conversation(request: ResponsesRequest, today: datetime.date) -> Any
         getattr(ReasoningEffort, _EFFORTS.get(effort, "MEDIUM")))
     messages = [Message.from_role_and_content(Role.SYSTEM, system)]
     tools = [ToolDescription.new(t["function"]["name"], t["function"]["description"], parameters=t["function"]["parameters"])
-             for t in function_tools(request)]
+             for t in function_tools(request, table)]
     if request.instructions or tools:
         developer = DeveloperContent.new()
         if request.instructions:

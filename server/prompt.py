@@ -98,8 +98,8 @@ def _parameter_types(tool: dict[str, Any]) -> tuple[tuple[str, str], ...]:
                  if isinstance(schema, dict) and isinstance(schema.get("type"), str))
 
 
-def function_tools(request: ResponsesRequest) -> list[dict[str, Any]]:
-    """The callable tools in chat-completions form, under the names the model writes."""
+def function_tools(request: ResponsesRequest, table: ToolTable | None) -> list[dict[str, Any]]:
+    """The callable tools (`table`, from `tool_table`) in chat-completions form, under the names the model writes."""
     definitions = {}
     for tool in request.tools:
         if tool.get("type") == "namespace":
@@ -107,7 +107,6 @@ def function_tools(request: ResponsesRequest) -> list[dict[str, Any]]:
                 definitions[f"{tool.get('name')}{NAMESPACE_SEPARATOR}{member.get('name')}"] = member
         elif tool.get("name"):
             definitions[tool["name"]] = tool
-    table = tool_table(request)
     if table is None:
         return []
     return [_function_definition(spec.model_name, spec.kind, definitions.get(spec.model_name, {}))
@@ -176,7 +175,8 @@ class ChatTemplateRenderer:
         messages = chat_messages(request)
         if not messages:
             raise APIError("input must contain at least one message", param="input")
-        tools = function_tools(request)
+        table = tool_table(request)
+        tools = function_tools(request, table)
         if tools and not self.template_has_tools:
             messages = hermes_messages(messages, tools)
         options: dict[str, Any] = {}
@@ -194,4 +194,4 @@ class ChatTemplateRenderer:
         except Exception as exc:  # jinja2 raises TemplateError and friends for conversations it rejects
             raise APIError(f"the model's chat template rejected this conversation: {exc}", param="input") from exc
         token_ids = list(self._tokenizer.encode(text, add_special_tokens=False))
-        return RenderedPrompt(token_ids=token_ids, text=text, tools=tool_table(request))
+        return RenderedPrompt(token_ids=token_ids, text=text, tools=table)

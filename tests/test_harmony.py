@@ -15,6 +15,7 @@ import pytest
 from server.app import ServingContext, create_app
 from server.config import ServerConfig
 from server.harmony import HarmonyPath, harmony_conversation, harmony_encoding
+from server.prompt import tool_table
 from server.recording import Recording
 from server.requests import ResponsesRequest
 from streaming.ids import counting_ids
@@ -191,7 +192,7 @@ def test_prompt_matches_openai_harmony_rendering(harmony: Harness) -> None:
     got = HarmonyPath(ServerConfig(MODEL, harmony=True), today=today).render(request).token_ids
     assert got == list(want)
     assert "Call the tool." not in encoding.decode(got)  # reasoning before a final answer is dropped
-    assert harmony_conversation(request, today).messages[3].channel == "analysis"
+    assert harmony_conversation(request, today, tool_table(request)).messages[3].channel == "analysis"
 
 
 def test_unknown_call_id_is_a_400(harmony: Harness) -> None:

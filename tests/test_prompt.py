@@ -64,7 +64,7 @@ def test_callable_tools_reach_the_template_under_model_names() -> None:
         {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"a": {}}}},
         {"type": "web_search"}, {"type": "custom", "name": "apply_patch"},
         {"type": "namespace", "name": "fs", "tools": [{"type": "function", "name": "read"}]}]})
-    tools = function_tools(request)
+    tools = function_tools(request, tool_table(request))
     assert [t["function"]["name"] for t in tools] == ["f", "apply_patch", "fs__read"]
     assert tools[0]["function"]["parameters"]["properties"] == {"a": {}}
     assert tools[1]["function"]["parameters"]["properties"] == {"input": {"type": "string"}}
