@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Callable
 
 from openai.types.responses import ResponseStreamEvent
@@ -75,7 +75,7 @@ class ResponseRun:
             output_tokens=self.output_tokens,
             reasoning_tokens=self.parser.reasoning_tokens,
         )
-        return self.builder.finish(Finished(finished.reason, usage, finished.error_code, finished.error_message))
+        return self.builder.finish(replace(finished, usage=usage))
 
     def _parse(self, step: EngineStep) -> list[Any]:
         text, token_ends = self.decoder.decode_step(step.token_ids) if self.decoder else ("", None)

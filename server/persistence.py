@@ -26,13 +26,12 @@ class StoredRun:
 
     async def events(self) -> AsyncIterator[tuple[ResponseStreamEvent, str]]:
         """Each event with its JSON (encoded once, for the wire and the log)."""
-        log = self._log
         async for event in self.run.events():
             data = event_json(event)
             if self.keep_event_log:
-                log.append(data)
+                self._log.append(data)
             if self.run.builder.finished and self.store is not None:
-                await self.save(log)  # before the client can see the end and ask for the response
+                await self.save(self._log)  # before the client can see the end and ask for the response
             yield event, data
 
     async def cancelled(self) -> list[tuple[ResponseStreamEvent, str]]:
