@@ -106,7 +106,7 @@ def pipeline_cost_per_token(tokens: int) -> float:
     from parsers.reasoning import ThinkingParser
     from parsers.tools import ToolTable
     from server.bundled_model import ensure_bundled_model
-    from server.vllm_engine import load_tokenizer
+    from server.engine.vllm_engine import load_tokenizer
     from streaming.builder import ResponseBuilder
     from streaming.sse import encode_event
 

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from parsers.registry import check_reasoning_parser
-from server.model_path import check_tool_call_parser
+from server.paths.model_path import check_tool_call_parser
 from server.config import ServerConfig
-from server.store import RetentionPolicy
+from server.store.sqlite import RetentionPolicy
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from server import vllm_engine
+    from server.engine import vllm_engine
 
     parser = vllm_engine.new_argument_parser(
         prog="responses-server",
@@ -72,8 +72,8 @@ def served_name(args: argparse.Namespace) -> str:
 
 def engine_factory(args: argparse.Namespace) -> Any:
     """A callable that starts the engine (inside the app's event loop): vLLM, or a replay of a recording."""
-    from server import vllm_engine
-    from server.recording import ReplayEngine, RecordingEngine, read_recordings
+    from server.engine import vllm_engine
+    from server.engine.recording import ReplayEngine, RecordingEngine, read_recordings
 
     if args.replay_engine_output is not None:
         recordings = read_recordings(args.replay_engine_output)
@@ -98,7 +98,7 @@ def engine_factory(args: argparse.Namespace) -> Any:
 
 def open_store(url: str | None, retention: Any) -> Any:
     """The response store named by --store: SQLite at a path, or none."""
-    from server.store import SqliteStore
+    from server.store.sqlite import SqliteStore
 
     if url == "none":
         return None
@@ -114,7 +114,7 @@ def open_store(url: str | None, retention: Any) -> Any:
 def main(argv: Sequence[str] | None = None) -> None:
     import uvicorn
 
-    from server.app import ServingContext, create_app
+    from server.http.app import ServingContext, create_app
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()

@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from server.errors import APIError
-from server.requests import InputItem, MessageItem, ResponsesRequest
-from server.store import ResponseStore
+from server.http.errors import APIError
+from server.http.requests import InputItem, MessageItem, ResponsesRequest
+from server.store.sqlite import ResponseStore
 from streaming.ids import IdFactory
 
 _ITEMS = TypeAdapter(list[InputItem])

@@ -22,7 +22,7 @@ def bundled_model() -> Path:
 
 @pytest.fixture(scope="session")
 def tokenizer(bundled_model: Path) -> Any:
-    from server.vllm_engine import load_tokenizer
+    from server.engine.vllm_engine import load_tokenizer
 
     return load_tokenizer(str(bundled_model))
 

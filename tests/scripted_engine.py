@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from server.engine import EngineRequest, EngineStep
+from server.engine.interface import EngineRequest, EngineStep
 
 
 @dataclass

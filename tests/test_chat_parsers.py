@@ -27,7 +27,7 @@ TAGS = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
 @pytest.fixture(scope="module")
 def tag_tokenizer(bundled_model: Any) -> Any:
     """The bundled tokenizer with the think/tool tags as single added tokens, as Qwen3's vocabulary has them."""
-    from server.vllm_engine import load_tokenizer
+    from server.engine.vllm_engine import load_tokenizer
 
     tokenizer = load_tokenizer(str(bundled_model))
     tokenizer = type(tokenizer).from_pretrained(str(bundled_model))
@@ -213,7 +213,7 @@ FORMATS: list[tuple[str, str, str, list[tuple[str, Any]]]] = [
 @pytest.fixture(scope="module")
 def mistral_tokenizer(bundled_model: Any) -> Any:
     """A tokenizer whose `[TOOL_CALLS]`, `[ARGS]`, `[CALL_ID]` are special tokens, as in Mistral's vocabularies."""
-    from server.vllm_engine import load_tokenizer
+    from server.engine.vllm_engine import load_tokenizer
 
     tokenizer = type(load_tokenizer(str(bundled_model))).from_pretrained(str(bundled_model))
     tokenizer.add_special_tokens({"additional_special_tokens": ["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"]})

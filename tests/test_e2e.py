@@ -16,7 +16,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from server.bundled_model import BUNDLED_MODEL_NAME
-from server.recording import read_recordings
+from server.engine.recording import read_recordings
 from tests.conftest import free_port
 from tests.helpers import collapsed_types, without_volatile
 from tests.sse import events_of, parse_frames

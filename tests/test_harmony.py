@@ -12,12 +12,12 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from server.app import ServingContext, create_app
+from server.http.app import ServingContext, create_app
 from server.config import ServerConfig
-from server.harmony import HarmonyPath, harmony_conversation, harmony_encoding
-from server.prompt import tool_table
-from server.recording import Recording
-from server.requests import ResponsesRequest
+from server.paths.harmony import HarmonyPath, harmony_conversation, harmony_encoding
+from server.paths.chat_template import tool_table
+from server.engine.recording import Recording
+from server.http.requests import ResponsesRequest
 from streaming.ids import counting_ids
 from tests.conftest import free_port, serve_in_thread
 from tests.helpers import collapsed_types, without_volatile
@@ -240,7 +240,7 @@ def test_cli_serves_a_harmony_replay_without_the_model(tmp_path: Path) -> None:
 
 
 def test_path_is_chosen_once_per_model() -> None:
-    from server.model_path import ChatTemplatePath, choose_path
+    from server.paths.model_path import ChatTemplatePath, choose_path
 
     class Engine:
         tokenizer = None
@@ -254,7 +254,7 @@ def test_path_is_chosen_once_per_model() -> None:
 
 def test_previous_response_id_on_the_harmony_path(tmp_path: Path) -> None:
     """The stored reasoning, preamble and calls go back into the harmony prompt of the next turn."""
-    from server.store import SqliteStore
+    from server.store.sqlite import SqliteStore
 
     engine = ScriptedEngine(tokenizer=None, scripts=[steps_from_tokens(CALLS_WITH_PREAMBLE, cuts=[9])],
                             max_model_len=131072)

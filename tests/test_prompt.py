@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from server.errors import APIError
+from server.http.errors import APIError
 from parsers.tools import ToolSpec
-from server.prompt import ChatTemplateRenderer, chat_messages, function_tools, tool_table
-from server.requests import ResponsesRequest
+from server.paths.chat_template import ChatTemplateRenderer, chat_messages, function_tools, tool_table
+from server.http.requests import ResponsesRequest
 
 CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = [
     ("string input", {"input": "hi"}, [{"role": "user", "content": "hi"}]),

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai import OpenAI
 
-from server.app import ServingContext, create_app
+from server.http.app import ServingContext, create_app
 from server.config import ServerConfig
-from server.engine import EngineStep, StepLogprob
+from server.engine.interface import EngineStep, StepLogprob
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from tests.helpers import collapsed_types, without_volatile

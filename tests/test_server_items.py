@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.app import ServingContext, create_app
+from server.http.app import ServingContext, create_app
 from server.config import ServerConfig
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
@@ -132,7 +132,7 @@ def test_tools_are_described_to_a_template_without_tool_support(qwen3: Harness, 
 
 def test_replayed_qwen3_output_through_the_replay_engine(tokenizer: Any) -> None:
     """The production replay engine (not the test double), with recorded multi-token steps."""
-    from server.recording import Recording, ReplayEngine
+    from server.engine.recording import Recording, ReplayEngine
 
     ids = tokens(tokenizer, QWEN3_OUTPUT)
     recording = Recording([1, 2, 3], [ids[i:i + 5] for i in range(0, len(ids), 5)], "stop")

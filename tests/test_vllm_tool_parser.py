@@ -11,8 +11,8 @@ from parsers.chat import ChatParser
 from parsers.decoder import IncrementalDecoder
 from parsers.deltas import Finished
 from parsers.tools import ToolSpec, ToolTable
-from server import vllm_tool_parser
-from server.model_path import check_tool_call_parser, tool_parser_factory
+from server.paths import vllm_tool_parser
+from server.paths.model_path import check_tool_call_parser, tool_parser_factory
 from tests.helpers import build_events
 from tests.validator import validate_events
 
@@ -23,7 +23,7 @@ OUTPUT = ('Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"cit
 
 @pytest.fixture(scope="module")
 def tag_tokenizer(bundled_model: Any) -> Any:
-    from server.vllm_engine import load_tokenizer
+    from server.engine.vllm_engine import load_tokenizer
 
     tokenizer = type(load_tokenizer(str(bundled_model))).from_pretrained(str(bundled_model))
     tokenizer.add_tokens(["<tool_call>", "</tool_call>"])

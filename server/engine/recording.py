@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-from server.engine import Engine, EngineRequest, EngineStep
+from server.engine.interface import Engine, EngineRequest, EngineStep
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
-from server.persistence import StoredRun
+from server.runs.persistence import StoredRun
 
 logger = logging.getLogger(__name__)
 

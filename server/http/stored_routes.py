@@ -8,9 +8,9 @@ from typing import Any, AsyncIterator, Literal
 from fastapi import APIRouter, Query, Request
 from sse_starlette import EventSourceResponse
 
-from server.app import ServingContext
-from server.errors import APIError
-from server.store import ResponseStore, StoredResponse
+from server.http.app import ServingContext
+from server.http.errors import APIError
+from server.store.sqlite import ResponseStore, StoredResponse
 from streaming.sse import SEPARATOR, keepalive_comment, stored_frames
 
 router = APIRouter()

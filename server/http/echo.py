@@ -9,7 +9,7 @@ from openai.types.responses import Response
 from openai.types.responses.tool import Tool
 from pydantic import TypeAdapter, ValidationError
 
-from server.requests import ResponsesRequest
+from server.http.requests import ResponsesRequest
 
 _ECHOED = (
     "instructions", "tool_choice", "parallel_tool_calls", "temperature", "top_p", "max_output_tokens",

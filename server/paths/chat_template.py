@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from parsers.tools import NAMESPACE_SEPARATOR, ToolSpec, ToolTable
-from server.errors import APIError
-from server.requests import (
+from server.http.errors import APIError
+from server.http.requests import (
     CustomToolCallItem,
     CustomToolCallOutputItem,
     FunctionCallItem,

@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any, AsyncIterator
 
-from server.engine import EngineRequest, EngineStep, StepLogprob
+from server.engine.interface import EngineRequest, EngineStep, StepLogprob
 
 logger = logging.getLogger(__name__)
 

@@ -9,14 +9,14 @@ from typing import Any, AsyncIterator, Callable
 
 from fastapi import FastAPI
 
-from server import errors
+from server.http import errors
 from server.config import ServerConfig
-from server.errors import APIError
-from server.engine import Engine
-from server.background import BackgroundRuns
-from server.model_path import ModelPath, choose_path
-from server.requests import ResponsesRequest
-from server.store import ResponseStore
+from server.http.errors import APIError
+from server.engine.interface import Engine
+from server.runs.background import BackgroundRuns
+from server.paths.model_path import ModelPath, choose_path
+from server.http.requests import ResponsesRequest
+from server.store.sqlite import ResponseStore
 from parsers.deltas import Finished, OutputText
 from streaming.builder import ResponseBuilder
 from streaming.ids import IdFactory, random_id
@@ -76,8 +76,8 @@ def create_app(context: ServingContext) -> FastAPI:
             if context.store is not None:
                 await context.store.close()
 
-    from server.routes import router
-    from server.stored_routes import router as stored_router
+    from server.http.routes import router
+    from server.http.stored_routes import router as stored_router
 
     app = FastAPI(title="responses-server", lifespan=lifespan)
     app.state.context = context

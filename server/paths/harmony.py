@@ -10,9 +10,9 @@ from typing import Any
 from parsers.harmony import FUNCTIONS_PREFIX, HarmonyParser
 from parsers.tools import ToolTable
 from server.config import ServerConfig
-from server.errors import APIError
-from server.prompt import RenderedPrompt, function_tools, tool_table
-from server.requests import (
+from server.http.errors import APIError
+from server.paths.chat_template import RenderedPrompt, function_tools, tool_table
+from server.http.requests import (
     CustomToolCallItem,
     CustomToolCallOutputItem,
     FunctionCallItem,

@@ -14,8 +14,8 @@ from parsers.registry import (
     make_chat_parser,
 )
 from server.config import ServerConfig
-from server.prompt import ChatTemplateRenderer, RenderedPrompt
-from server.requests import ResponsesRequest
+from server.paths.chat_template import ChatTemplateRenderer, RenderedPrompt
+from server.http.requests import ResponsesRequest
 
 
 class ModelPath(Protocol):
@@ -61,7 +61,7 @@ def tool_parser_factory(name: str | None, tokenizer: Any) -> ToolParserFactory:
     """Our own parser for the name if we have one, else vLLM's parser of that name through an adapter."""
     if name is None or name in TOOL_CALL_PARSERS:
         return TOOL_CALL_PARSERS[name or DEFAULT_TOOL_CALL_PARSER]
-    from server import vllm_tool_parser
+    from server.paths import vllm_tool_parser
 
     return vllm_tool_parser.factory(name, tokenizer)
 
@@ -69,7 +69,7 @@ def tool_parser_factory(name: str | None, tokenizer: Any) -> ToolParserFactory:
 def check_tool_call_parser(name: str | None) -> None:
     """Fail at start-up on a tool-call parser that neither this project nor vLLM has."""
     if name and name not in TOOL_CALL_PARSERS:
-        from server import vllm_tool_parser
+        from server.paths import vllm_tool_parser
 
         if not vllm_tool_parser.known(name):
             raise ValueError(f"unknown --tool-call-parser {name!r}; ours: {', '.join(TOOL_CALL_PARSERS)}, "
@@ -79,7 +79,7 @@ def check_tool_call_parser(name: str | None) -> None:
 def choose_path(engine: Any, config: ServerConfig) -> ModelPath:
     """Harmony when forced (`--harmony`) or when the model's config says gpt_oss; else the chat template."""
     if config.harmony or getattr(engine, "model_type", None) == "gpt_oss":
-        from server.harmony import HarmonyPath
+        from server.paths.harmony import HarmonyPath
 
         return HarmonyPath(config)
     return ChatTemplatePath(engine.tokenizer, config)

@@ -11,14 +11,14 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 
-from server.app import ServingContext
+from server.http.app import ServingContext
 from server.conversation import stored_input_items, with_history
-from server.echo import response_settings
-from server.engine import EngineRequest, SamplingSettings
-from server.errors import APIError, from_validation_error
-from server.generation import ResponseRun
-from server.persistence import StoredRun
-from server.requests import ResponsesRequest
+from server.http.echo import response_settings
+from server.engine.interface import EngineRequest, SamplingSettings
+from server.http.errors import APIError, from_validation_error
+from server.runs.generation import ResponseRun
+from server.runs.persistence import StoredRun
+from server.http.requests import ResponsesRequest
 from streaming.builder import ResponseBuilder
 from streaming.sse import SEPARATOR, encode_event, keepalive_comment, stored_frames
 

@@ -12,7 +12,7 @@ from openai.types.responses import ResponseStreamEvent
 from parsers.base import OutputParser
 from parsers.decoder import IncrementalDecoder
 from parsers.deltas import Finished, OutputText, TokenLogprob, Usage
-from server.engine import Engine, EngineRequest, EngineStep, StepLogprob
+from server.engine.interface import Engine, EngineRequest, EngineStep, StepLogprob
 from streaming.builder import ResponseBuilder
 
 logger = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""HTTP: the FastAPI app, routes, request models and OpenAI-shaped errors."""

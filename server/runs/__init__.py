@@ -1,0 +1,1 @@
+"""One response's run: generation, storing as it finishes, and background runs."""
