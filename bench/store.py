@@ -19,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server.store.sqlite import SqliteStore, StoredResponse  # noqa: E402
+from server.store.interface import StoredResponse  # noqa: E402
+from server.store.sqlite import SqliteStore  # noqa: E402
 
 
 def make_record(n: int, events: int) -> tuple[StoredResponse, list[str]]:

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 from parsers.registry import check_reasoning_parser
 from server.paths.model_path import check_tool_call_parser
 from server.config import ServerConfig
-from server.store.sqlite import RetentionPolicy
+from server.store.interface import RetentionPolicy
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,7 +114,8 @@ def open_store(url: str | None, retention: Any) -> Any:
 def main(argv: Sequence[str] | None = None) -> None:
     import uvicorn
 
-    from server.http.app import ServingContext, create_app
+    from server.http.app import create_app
+    from server.http.context import ServingContext
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()

@@ -8,7 +8,7 @@ from pydantic import TypeAdapter
 
 from server.http.errors import APIError
 from server.http.requests import InputItem, MessageItem, ResponsesRequest
-from server.store.sqlite import ResponseStore
+from server.store.interface import ResponseStore
 from streaming.ids import IdFactory
 
 _ITEMS = TypeAdapter(list[InputItem])

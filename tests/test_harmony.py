@@ -12,7 +12,8 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from server.http.app import ServingContext, create_app
+from server.http.app import create_app
+from server.http.context import ServingContext
 from server.config import ServerConfig
 from server.paths.harmony import HarmonyPath, harmony_conversation, harmony_encoding
 from server.paths.chat_template import tool_table

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai import OpenAI
 
-from server.http.app import ServingContext, create_app
+from server.http.app import create_app
+from server.http.context import ServingContext
 from server.config import ServerConfig
 from server.engine.interface import EngineStep, StepLogprob
 from streaming.ids import counting_ids

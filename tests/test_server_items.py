@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.http.app import ServingContext, create_app
+from server.http.app import create_app
+from server.http.context import ServingContext
 from server.config import ServerConfig
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread

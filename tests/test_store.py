@@ -11,9 +11,11 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from server.http.app import ServingContext, create_app
+from server.http.app import create_app
+from server.http.context import ServingContext
 from server.config import ServerConfig
-from server.store.sqlite import RetentionPolicy, SqliteStore, StoredResponse
+from server.store.interface import RetentionPolicy, StoredResponse
+from server.store.sqlite import SqliteStore
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.sse import events_of, parse_frames

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 
-from server.http.app import ServingContext
+from server.http.context import ServingContext, serving_context
 from server.conversation import stored_input_items, with_history
 from server.http.echo import response_settings
 from server.engine.interface import EngineRequest, SamplingSettings
@@ -28,10 +28,6 @@ router = APIRouter()
 _DISCONNECT_POLL_SECONDS = 1.0
 
 
-def _context(request: Request) -> ServingContext:
-    return request.app.state.context
-
-
 @router.get("/health")
 async def health() -> dict[str, str]:
     return {"status": "ok"}
@@ -39,7 +35,7 @@ async def health() -> dict[str, str]:
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, Any]:
-    context = _context(request)
+    context = serving_context(request)
     context.check_api_key(request.headers.get("authorization"))
     model = {"id": context.config.served_model_name, "object": "model",
              "created": context.started_at, "owned_by": "responses-server"}
@@ -48,7 +44,7 @@ async def list_models(request: Request) -> dict[str, Any]:
 
 @router.post("/v1/responses")
 async def create_response(request: Request) -> Response:
-    context = _context(request)
+    context = serving_context(request)
     context.check_api_key(request.headers.get("authorization"))
     body = await _read_body(request)
     stored = await _prepare_stored_run(context, body)

@@ -8,16 +8,16 @@ from typing import Any, AsyncIterator, Literal
 from fastapi import APIRouter, Query, Request
 from sse_starlette import EventSourceResponse
 
-from server.http.app import ServingContext
+from server.http.context import serving_context
 from server.http.errors import APIError
-from server.store.sqlite import ResponseStore, StoredResponse
+from server.store.interface import ResponseStore, StoredResponse
 from streaming.sse import SEPARATOR, keepalive_comment, stored_frames
 
 router = APIRouter()
 
 
 def _store(request: Request) -> ResponseStore:
-    context: ServingContext = request.app.state.context
+    context = serving_context(request)
     context.check_api_key(request.headers.get("authorization"))
     if context.store is None:
         raise APIError("This server stores no responses (started with --store none).", status=404)
@@ -36,10 +36,10 @@ async def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
 async def retrieve_response(request: Request, response_id: str, stream: bool = False,
                             starting_after: int = Query(default=-1, ge=-1)) -> Any:
     store = _store(request)
-    live = request.app.state.context.background.get(response_id)
+    live = serving_context(request).background.get(response_id)
     if live is not None:  # still generating in the background: its live state
         if stream:
-            keepalive = request.app.state.context.config.keepalive_seconds
+            keepalive = serving_context(request).config.keepalive_seconds
             return EventSourceResponse(stored_frames(live.follow(starting_after)), sep=SEPARATOR, ping=keepalive,
                                        ping_message_factory=keepalive_comment)
         return _json(live.stored.run.builder.response())
@@ -60,7 +60,7 @@ async def _each(events: list[str]) -> AsyncIterator[str]:
 @router.post("/v1/responses/{response_id}/cancel")
 async def cancel_response(request: Request, response_id: str) -> Any:
     store = _store(request)
-    live = await request.app.state.context.background.cancel(response_id)
+    live = await serving_context(request).background.cancel(response_id)
     if live is not None:
         return _json(live.stored.run.builder.response())
     record = await _stored(store, response_id)

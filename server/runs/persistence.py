@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator
 from openai.types.responses import ResponseStreamEvent
 
 from server.runs.generation import ResponseRun
-from server.store.sqlite import ResponseStore, StoredResponse
+from server.store.interface import ResponseStore, StoredResponse
 from streaming.sse import event_json
 
 

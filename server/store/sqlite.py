@@ -1,8 +1,4 @@
-"""The response store: stored responses with their input items and event logs; SQLite by default.
-
-The interface is async and small, so a shared backend for several replicas can stand behind it.
-The SQLite store runs every statement in one worker thread (never blocking the event loop), in WAL mode.
-"""
+"""The SQLite response store, the embedded default: one file, every statement in one worker thread, WAL mode."""
 
 from __future__ import annotations
 
@@ -11,53 +7,12 @@ import json
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Protocol, TypeVar
+from typing import Any, Callable, TypeVar
+
+from server.store.interface import Order, RetentionPolicy, StoredResponse
 
 T = TypeVar("T")
-Order = Literal["asc", "desc"]
-
-
-@dataclass(frozen=True)
-class StoredResponse:
-    """One response as stored: the final (or latest) Response JSON and what the request asked for."""
-
-    id: str
-    created_at: float
-    status: str
-    response: dict[str, Any]
-    input_items: list[dict[str, Any]]  # this request's input items, each with an id
-    previous_response_id: str | None = None
-    background: bool = False
-
-
-@dataclass(frozen=True)
-class RetentionPolicy:
-    """Stored responses older than `max_age_seconds`, or beyond the newest `max_count`, are deleted."""
-
-    max_age_seconds: float | None = None
-    max_count: int | None = None
-
-
-class ResponseStore(Protocol):
-    """What the server needs from a store; every method is safe to call from the event loop."""
-
-    async def save(self, record: StoredResponse, events: list[str] | None = None) -> None: ...
-
-    async def get(self, response_id: str) -> StoredResponse | None: ...
-
-    async def events_after(self, response_id: str, after: int) -> list[str]: ...
-
-    async def delete(self, response_id: str) -> bool: ...
-
-    async def input_items(self, response_id: str, after: str | None, limit: int,
-                          order: Order) -> tuple[list[dict[str, Any]], bool]: ...
-
-    async def mark_interrupted(self, message: str) -> int: ...
-
-    async def close(self) -> None: ...
-
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (

@@ -1,0 +1,62 @@
+"""The serving context: the per-process objects (config, engine, model path, store) every route uses."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from fastapi import Request
+
+from parsers.deltas import Finished, OutputText
+from server.config import ServerConfig
+from server.engine.interface import Engine
+from server.http.errors import APIError
+from server.http.requests import ResponsesRequest
+from server.paths.model_path import ModelPath, choose_path
+from server.runs.background import BackgroundRuns
+from server.store.interface import ResponseStore
+from streaming.builder import ResponseBuilder
+from streaming.ids import IdFactory, random_id
+from streaming.sse import event_json
+
+EngineFactory = Callable[[], Engine]
+
+
+@dataclass
+class ServingContext:
+    """The per-process objects every request uses; the engine is set once the app has started."""
+
+    config: ServerConfig
+    engine_factory: EngineFactory
+    ids: IdFactory = random_id
+    clock: Callable[[], float] = time.time
+    engine: Engine | None = None
+    path: ModelPath | None = None
+    store: ResponseStore | None = None
+    background: BackgroundRuns = field(default_factory=BackgroundRuns)
+    started_at: int = field(default_factory=lambda: int(time.time()))
+
+    def check_api_key(self, authorization: str | None) -> None:
+        """With --api-key, every route needs `Authorization: Bearer KEY`."""
+        expected = self.config.api_key
+        if expected and authorization != f"Bearer {expected}":
+            raise APIError("Incorrect API key provided.", status=401, code="invalid_api_key")
+
+    def start(self) -> None:
+        self.engine = self.engine_factory()
+        self.path = choose_path(self.engine, self.config)
+        _warm_up(self.config.served_model_name, self.path)
+
+
+def _warm_up(model: str, path: ModelPath) -> None:
+    """Render and build one throwaway response, so the first real request pays no first-use costs."""
+    path.render(ResponsesRequest.model_validate({"model": model, "input": "hi"}))
+    builder = ResponseBuilder({"model": model})
+    for event in builder.start() + builder.feed([OutputText("warm")]) + builder.finish(Finished("stop")):
+        event_json(event)
+
+
+def serving_context(request: Request) -> ServingContext:
+    """The context of the app serving `request`."""
+    return request.app.state.context
