@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 NAMESPACE_SEPARATOR = "__"
+# A custom (freeform) tool is offered to chat-template models as a function of one string argument.
+CUSTOM_TOOL_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
 
 
 @dataclass(frozen=True)

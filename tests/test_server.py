@@ -257,7 +257,7 @@ BAD_REQUESTS = [
     ("temperature out of range", {"input": "x", "temperature": 7}, 400, "temperature"),
     ("zero max_output_tokens", {"input": "x", "max_output_tokens": 0}, 400, "max_output_tokens"),
     ("image input", {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
-     400, "input[0]"),
+     400, "input[0].content[0].type"),
     ("empty input", {"input": []}, 400, "input"),
     ("unknown model", {"model": "gpt-9", "input": "x"}, 404, "model"),
     ("unknown previous response", {"input": "x", "previous_response_id": "resp_x"}, 404, "previous_response_id"),

@@ -8,15 +8,23 @@ from typing import Any, AsyncIterator, Literal, Protocol
 EngineFinish = Literal["stop", "length", "abort", "error"]
 
 
+# The sampling settings a model's generation_config.json may set, which apply when a request does not.
+SAMPLING_DEFAULT_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
-    """The request's sampling knobs, in engine-neutral form (None: the model's default)."""
+    """The request's sampling knobs, in engine-neutral form (None: the engine's neutral default)."""
 
     max_tokens: int
     temperature: float | None = None
     top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
     logprobs: int | None = None  # None: not requested; k: the chosen token plus k alternatives
     stop_token_ids: tuple[int, ...] = ()
+    structural_tag: str | None = None  # an xgrammar structural tag (JSON) the output must follow
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class Engine(Protocol):
 
     tokenizer: Any
     max_model_len: int
+    sampling_defaults: dict[str, float]  # the model's own defaults (generation_config.json), by SAMPLING_DEFAULT_KEYS
 
     def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]: ...
 

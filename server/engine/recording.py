@@ -55,6 +55,10 @@ class RecordingEngine:
     def max_model_len(self) -> int:
         return self.inner.max_model_len
 
+    @property
+    def sampling_defaults(self) -> dict[str, float]:
+        return self.inner.sampling_defaults
+
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         steps: list[list[int]] = []
         finish = "abort"
@@ -76,13 +80,17 @@ class RecordingEngine:
 class ReplayEngine:
     """Serves recorded steps instead of running a model: request k gets recording k, cycling."""
 
-    def __init__(self, recordings: list[Recording], tokenizer: Any, max_model_len: int) -> None:
+    def __init__(self, recordings: list[Recording], tokenizer: Any, max_model_len: int,
+                 sampling_defaults: dict[str, float] | None = None) -> None:
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
+        self.sampling_defaults = sampling_defaults or {}
+        self.last_request: EngineRequest | None = None  # what was asked, to check the wiring without a model
         self._next = itertools.cycle(recordings)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         recording = next(self._next)
+        self.last_request = request
         budget = request.sampling.max_tokens
         steps = [s for s in recording.steps if s] or [[]]
         for index, tokens in enumerate(steps):

@@ -6,7 +6,7 @@ import argparse
 import logging
 from typing import Any, AsyncIterator
 
-from server.engine.interface import EngineRequest, EngineStep, StepLogprob
+from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, EngineStep, StepLogprob
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,10 @@ class VllmEngine:
         self.tokenizer = llm.get_tokenizer()
         self.max_model_len: int = llm.model_config.max_model_len
         self.model_type: str | None = getattr(llm.model_config.hf_config, "model_type", None)
+        # What `vllm serve --generation-config auto` applies to requests that leave these out.
+        model_defaults = llm.model_config.get_diff_sampling_param()
+        self.sampling_defaults: dict[str, float] = {
+            key: model_defaults[key] for key in SAMPLING_DEFAULT_KEYS if model_defaults.get(key) is not None}
 
     @classmethod
     def start(cls, args: Any) -> "VllmEngine":
@@ -109,12 +113,15 @@ def _sampling_params(request: EngineRequest) -> Any:
         "detokenize": False,  # we decode incrementally ourselves, identically for live and replayed output
         "logprobs": sampling.logprobs,
     }
-    if sampling.temperature is not None:
-        options["temperature"] = sampling.temperature
-    if sampling.top_p is not None:
-        options["top_p"] = sampling.top_p
+    for key in SAMPLING_DEFAULT_KEYS:
+        if getattr(sampling, key) is not None:
+            options[key] = getattr(sampling, key)
     if sampling.stop_token_ids:
         options["stop_token_ids"] = list(sampling.stop_token_ids)
+    if sampling.structural_tag is not None:
+        from vllm.sampling_params import StructuredOutputsParams
+
+        options["structured_outputs"] = StructuredOutputsParams(structural_tag=sampling.structural_tag)
     return SamplingParams(**options)
 
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from openai.types.responses import ResponseIncludable
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+
+from parsers.tools import NAMESPACE_SEPARATOR
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+KNOWN_INCLUDES = frozenset(get_args(ResponseIncludable))
+# Content the served models cannot read: rejected when the request is read, on every path.
+_UNREADABLE_CONTENT = ("input_image", "input_file", "input_audio")
 
 
 class _Lenient(BaseModel):
@@ -23,9 +29,14 @@ class ContentPart(_Lenient):
     text: str | None = None
     refusal: str | None = None
 
+    @field_validator("type")
+    @classmethod
+    def _readable(cls, kind: str) -> str:
+        if kind in _UNREADABLE_CONTENT:
+            raise ValueError(f"content of type '{kind}' is not supported: the served model reads text only")
+        return kind
+
     def as_text(self) -> str:
-        if self.type in ("input_image", "input_file", "input_audio"):
-            raise ValueError(f"content of type '{self.type}' is not supported by this server")
         return self.text if self.text is not None else (self.refusal or "")
 
 
@@ -55,6 +66,11 @@ class FunctionCallItem(_Lenient):
     id: str | None = None
     status: str | None = None
 
+    @property
+    def model_name(self) -> str:
+        """The name the model wrote (a namespaced tool is flattened as `ns__name`, as the tools are offered)."""
+        return f"{self.namespace}{NAMESPACE_SEPARATOR}{self.name}" if self.namespace else self.name
+
 
 class _ToolOutput(_Lenient):
     """The client's result for an earlier tool call, text or content parts."""
@@ -82,6 +98,10 @@ class CustomToolCallItem(_Lenient):
     name: str
     input: str = ""
     id: str | None = None
+
+    @property
+    def model_name(self) -> str:
+        return self.name
 
 
 class CustomToolCallOutputItem(_ToolOutput):
@@ -132,7 +152,10 @@ InputItem = Annotated[
 
 
 class ResponsesRequest(_Lenient):
-    """The request fields the server acts on; everything else a client sends is accepted and ignored."""
+    """The request fields the server acts on; everything else a client sends is accepted and ignored.
+
+    An explicit `null` is "not given", as the SDK's types allow.
+    """
 
     model: str | None = None
     input: Union[str, list[InputItem]] = ""
@@ -143,8 +166,9 @@ class ResponsesRequest(_Lenient):
     top_p: float | None = Field(default=None, gt=0, le=1)
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     tools: list[dict[str, Any]] = Field(default_factory=list)
-    tool_choice: Any = "auto"
+    tool_choice: Any = "auto"  # checked against the tools when the output rules are made
     parallel_tool_calls: bool = True
+    max_tool_calls: int | None = Field(default=None, ge=1)
     reasoning: dict[str, Any] | None = None
     include: list[str] | None = None
     store: bool = True
@@ -155,6 +179,34 @@ class ResponsesRequest(_Lenient):
     truncation: Literal["auto", "disabled"] | None = None
     user: str | None = None
     prompt_cache_key: str | None = None
+    prompt: Any = None  # stored prompt templates: not supported (rejected when given)
+    conversation: Any = None  # not supported yet (rejected when given)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_not_given(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
+    @field_validator("prompt")
+    @classmethod
+    def _no_prompt_templates(cls, value: Any) -> Any:
+        raise ValueError("stored prompt templates are not supported by this server; send `instructions` and "
+                         "`input` instead")
+
+    @field_validator("conversation")
+    @classmethod
+    def _no_conversations(cls, value: Any) -> Any:
+        raise ValueError("conversations are not supported by this server yet; use `previous_response_id`")
+
+    @field_validator("include")
+    @classmethod
+    def _known_includes(cls, include: list[str]) -> list[str]:
+        for value in include:
+            if value not in KNOWN_INCLUDES:
+                raise ValueError(f"unknown include value {value!r}; known: {', '.join(sorted(KNOWN_INCLUDES))}")
+        return include
 
     @field_validator("tools")
     @classmethod
@@ -165,9 +217,9 @@ class ResponsesRequest(_Lenient):
         return tools
 
     def input_items(self) -> list[Any]:
-        """The input as a list of items (a string input is one user message)."""
+        """The input as a list of items (a string input is one user message; an empty one, none)."""
         if isinstance(self.input, str):
-            return [MessageItem(role="user", content=self.input)]
+            return [MessageItem(role="user", content=self.input)] if self.input else []
         return list(self.input)
 
     def wants_logprobs(self) -> bool:

@@ -13,12 +13,15 @@ from sse_starlette import EventSourceResponse
 
 from server.http.context import ServingContext, serving_context
 from server.conversation import stored_input_items, with_history
+from server.constraints.rules import output_rules
+from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
 from server.http.echo import response_settings
-from server.engine.interface import EngineRequest, SamplingSettings
 from server.http.errors import APIError, from_validation_error
 from server.runs.generation import ResponseRun
 from server.runs.persistence import StoredRun
 from server.http.requests import ResponsesRequest
+from server.paths.chat_template import tool_definitions
+from server.truncation import render_to_fit
 from streaming.builder import ResponseBuilder
 from streaming.sse import SEPARATOR, encode_event, keepalive_comment, stored_frames
 
@@ -107,26 +110,27 @@ def _prepare_run(context: ServingContext, conversation: ResponsesRequest, body: 
     if body.model is not None and body.model != served:
         raise APIError(f"The model '{body.model}' does not exist; this server serves '{served}'.",
                        status=404, param="model", code="model_not_found")
+    if not conversation.input_items():
+        raise APIError("input must not be empty (unless previous_response_id continues a conversation).",
+                       param="input")
     engine = context.engine
     assert engine is not None, "the engine starts with the app"
     path = context.path
     assert path is not None, "the model path is chosen when the app starts"
-    rendered = path.render(conversation)
+    rendered = render_to_fit(path.render, conversation, engine.max_model_len)
+    rules = output_rules(conversation, rendered.tools, tool_definitions(conversation))
     prompt = rendered.token_ids
     room = engine.max_model_len - len(prompt)
-    if room <= 0:
-        raise APIError(
-            f"The input is {len(prompt)} tokens; this model's context holds {engine.max_model_len}.",
-            param="input", code="context_length_exceeded")
-    builder = ResponseBuilder(response_settings(body, served), ids=context.ids, clock=context.clock)
     logprobs = (body.top_logprobs or 0) if body.wants_logprobs() else None
     sampling = SamplingSettings(
         max_tokens=min(body.max_output_tokens or room, room),
         stop_token_ids=rendered.stop_token_ids,
-        temperature=body.temperature,
-        top_p=body.top_p,
         logprobs=logprobs,
+        structural_tag=path.structural_tag(rules),
+        **_sampling_values(body, engine.sampling_defaults),
     )
+    settings = response_settings(body, served) | {"temperature": sampling.temperature, "top_p": sampling.top_p}
+    builder = ResponseBuilder(settings, ids=context.ids, clock=context.clock)
     return ResponseRun(
         engine=engine,
         request=EngineRequest(builder.response_id, prompt, sampling),
@@ -134,7 +138,17 @@ def _prepare_run(context: ServingContext, conversation: ResponsesRequest, body: 
         decoder=path.new_decoder(),
         builder=builder,
         token_text=path.token_text if logprobs is not None else None,
+        max_tool_calls=rules.max_calls,
     )
+
+
+def _sampling_values(body: ResponsesRequest, defaults: dict[str, float]) -> dict[str, Any]:
+    """The request's own sampling values, else the model's defaults (generation_config.json), as vLLM serves them."""
+    values: dict[str, Any] = {key: defaults.get(key) for key in SAMPLING_DEFAULT_KEYS}
+    for key in ("temperature", "top_p"):
+        if getattr(body, key) is not None:
+            values[key] = getattr(body, key)
+    return values
 
 
 async def _sse_frames(stored: StoredRun) -> AsyncIterator[Any]:

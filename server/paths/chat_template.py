@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from parsers.tools import NAMESPACE_SEPARATOR, ToolSpec, ToolTable
+from parsers.tools import CUSTOM_TOOL_PARAMETERS, NAMESPACE_SEPARATOR, ToolSpec, ToolTable
 from server.http.errors import APIError
 from server.http.requests import (
     CustomToolCallItem,
@@ -65,7 +65,7 @@ def _tool_call(item: FunctionCallItem | CustomToolCallItem) -> dict[str, Any]:
         arguments: Any = _json_or_text(item.arguments)
     else:
         arguments = {"input": item.input}
-    return {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": arguments}}
+    return {"id": item.call_id, "type": "function", "function": {"name": item.model_name, "arguments": arguments}}
 
 
 def _json_or_text(arguments: str) -> Any:
@@ -98,8 +98,8 @@ def _parameter_types(tool: dict[str, Any]) -> tuple[tuple[str, str], ...]:
                  if isinstance(schema, dict) and isinstance(schema.get("type"), str))
 
 
-def function_tools(request: ResponsesRequest, table: ToolTable | None) -> list[dict[str, Any]]:
-    """The callable tools (`table`, from `tool_table`) in chat-completions form, under the names the model writes."""
+def tool_definitions(request: ResponsesRequest) -> dict[str, dict[str, Any]]:
+    """Each named tool's entry in the request, by the name the model writes (namespace members flattened)."""
     definitions = {}
     for tool in request.tools:
         if tool.get("type") == "namespace":
@@ -107,16 +107,21 @@ def function_tools(request: ResponsesRequest, table: ToolTable | None) -> list[d
                 definitions[f"{tool.get('name')}{NAMESPACE_SEPARATOR}{member.get('name')}"] = member
         elif tool.get("name"):
             definitions[tool["name"]] = tool
+    return definitions
+
+
+def function_tools(request: ResponsesRequest, table: ToolTable | None) -> list[dict[str, Any]]:
+    """The callable tools (`table`, from `tool_table`) in chat-completions form, under the names the model writes."""
     if table is None:
         return []
+    definitions = tool_definitions(request)
     return [_function_definition(spec.model_name, spec.kind, definitions.get(spec.model_name, {}))
             for spec in table.tools]
 
 
 def _function_definition(name: str, kind: str, tool: dict[str, Any]) -> dict[str, Any]:
     if kind == "custom":  # freeform input: one string argument
-        parameters: dict[str, Any] = {"type": "object", "properties": {"input": {"type": "string"}},
-                                      "required": ["input"]}
+        parameters: dict[str, Any] = CUSTOM_TOOL_PARAMETERS
     else:
         parameters = tool.get("parameters") or {"type": "object", "properties": {}}
     return {"type": "function", "function": {"name": name, "description": tool.get("description") or "",
@@ -181,8 +186,9 @@ class ChatTemplateRenderer:
             messages = hermes_messages(messages, tools)
         options: dict[str, Any] = {}
         effort = (request.reasoning or {}).get("effort")
-        if effort is not None:
+        if effort is not None:  # templates read one or the other (or neither: extra variables are ignored)
             options["enable_thinking"] = effort not in ("none", "minimal")
+            options["reasoning_effort"] = effort
         try:
             text = self._tokenizer.apply_chat_template(
                 messages,

@@ -10,6 +10,8 @@ from typing import Any
 from parsers.harmony import FUNCTIONS_PREFIX, HarmonyParser
 from parsers.tools import ToolTable
 from server.config import ServerConfig
+from server.constraints.harmony import harmony_structural_tag
+from server.constraints.rules import OutputRules
 from server.http.errors import APIError
 from server.paths.chat_template import RenderedPrompt, function_tools, tool_table
 from server.http.requests import (
@@ -22,7 +24,9 @@ from server.http.requests import (
     ResponsesRequest,
 )
 
-_EFFORTS = {"minimal": "LOW", "low": "LOW", "medium": "MEDIUM", "high": "HIGH", "xhigh": "HIGH"}
+# Every reasoning effort the SDK knows -> the nearest of harmony's three.
+_EFFORTS = {"none": "LOW", "minimal": "LOW", "low": "LOW", "medium": "MEDIUM", "high": "HIGH", "xhigh": "HIGH",
+            "max": "HIGH"}
 
 
 @lru_cache(maxsize=1)
@@ -54,6 +58,13 @@ class HarmonyPath:
             conversation, Role.ASSISTANT, config=RenderConversationConfig(auto_drop_analysis=True))
         return RenderedPrompt(token_ids=list(token_ids), text="", tools=table,
                               stop_token_ids=self._stop_tokens)
+
+    def structural_tag(self, rules: OutputRules) -> str | None:
+        return harmony_structural_tag(rules, self._special_token)
+
+    def _special_token(self, text: str) -> int:
+        (token_id,) = self._encoding.encode(text, allowed_special="all")
+        return token_id
 
     def new_parser(self, rendered: RenderedPrompt) -> HarmonyParser:
         return HarmonyParser(self._encoding, tools=rendered.tools)
@@ -100,7 +111,7 @@ def _input_messages(request: ResponsesRequest) -> list[Any]:
         elif isinstance(item, ReasoningItem):
             out.append(Message.from_role_and_content(Role.ASSISTANT, item.text()).with_channel("analysis"))
         elif isinstance(item, (FunctionCallItem, CustomToolCallItem)):
-            name = _model_name(item)
+            name = item.model_name
             calls[item.call_id] = name
             body = item.arguments if isinstance(item, FunctionCallItem) else json.dumps({"input": item.input})
             out.append(Message.from_role_and_content(Role.ASSISTANT, body or "{}").with_channel("commentary")
@@ -113,8 +124,3 @@ def _input_messages(request: ResponsesRequest) -> list[Any]:
             out.append(Message.from_author_and_content(author, item.text()).with_channel("commentary")
                        .with_recipient("assistant"))
     return out
-
-
-def _model_name(item: FunctionCallItem | CustomToolCallItem) -> str:
-    namespace = getattr(item, "namespace", None)
-    return f"{namespace}__{item.name}" if namespace else item.name

@@ -14,6 +14,9 @@ from parsers.registry import (
     make_chat_parser,
 )
 from server.config import ServerConfig
+from server.constraints.chat import CALL_SYNTAX, chat_structural_tag
+from server.constraints.rules import OutputRules
+from server.http.errors import APIError
 from server.paths.chat_template import ChatTemplateRenderer, RenderedPrompt
 from server.http.requests import ResponsesRequest
 
@@ -24,6 +27,10 @@ class ModelPath(Protocol):
     name: str
 
     def render(self, request: ResponsesRequest) -> RenderedPrompt: ...
+
+    def structural_tag(self, rules: OutputRules) -> str | None:
+        """The grammar (an xgrammar structural tag) that makes the output follow `rules`; None: free output."""
+        ...
 
     def new_parser(self, rendered: RenderedPrompt) -> OutputParser: ...
 
@@ -45,6 +52,14 @@ class ChatTemplatePath:
 
     def render(self, request: ResponsesRequest) -> RenderedPrompt:
         return self._renderer.render(request)
+
+    def structural_tag(self, rules: OutputRules) -> str | None:
+        parser = self._config.tool_call_parser or DEFAULT_TOOL_CALL_PARSER
+        try:
+            return chat_structural_tag(rules, CALL_SYNTAX.get(parser))
+        except ValueError:
+            raise APIError(f"This tool_choice needs a grammar for the tool-call format '{parser}', which this server "
+                           f"does not have (it has: {', '.join(CALL_SYNTAX)}).", param="tool_choice") from None
 
     def new_parser(self, rendered: RenderedPrompt) -> OutputParser:
         return make_chat_parser(self._config.reasoning_parser, self._tool_parsers, rendered.text, rendered.tools)

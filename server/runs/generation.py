@@ -4,18 +4,41 @@ from __future__ import annotations
 
 import logging
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Callable
 
 from openai.types.responses import ResponseStreamEvent
 
 from parsers.base import OutputParser
 from parsers.decoder import IncrementalDecoder
-from parsers.deltas import Finished, OutputText, TokenLogprob, Usage
+from parsers.deltas import Finished, ItemEnded, OutputText, TokenLogprob, ToolCallStarted, Usage
 from server.engine.interface import Engine, EngineRequest, EngineStep, StepLogprob
 from streaming.builder import ResponseBuilder
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CallCounter:
+    """Counts the tool calls the deltas complete, to stop at a limit (parallel_tool_calls false, max_tool_calls)."""
+
+    completed: int = 0
+    capped: bool = False
+    _in_call: bool = False
+
+    def cap(self, deltas: list[Any], limit: int | None) -> tuple[list[Any], bool]:
+        """The deltas up to the end of the call that reaches `limit`, and whether it was reached."""
+        if limit is None:
+            return deltas, False
+        for index, delta in enumerate(deltas):
+            if isinstance(delta, ToolCallStarted):
+                self._in_call = True
+            elif isinstance(delta, ItemEnded) and self._in_call:
+                self._in_call, self.completed = False, self.completed + 1
+                if self.completed >= limit:
+                    self.capped = True
+                    return deltas[:index + 1], True
+        return deltas, False
 
 
 @dataclass
@@ -28,9 +51,11 @@ class ResponseRun:
     decoder: IncrementalDecoder | None  # None: the parser reads token ids only (harmony)
     builder: ResponseBuilder
     token_text: Callable[[int], str] | None = None  # set when logprobs were asked for
+    max_tool_calls: int | None = None  # generation stops (completed) after the call that reaches this
 
     output_tokens: int = 0
     cached_tokens: int = 0
+    _calls: CallCounter = field(default_factory=CallCounter)
 
     async def events(self) -> AsyncIterator[ResponseStreamEvent]:
         """created, in_progress, the items' events, then exactly one terminal event.
@@ -46,14 +71,18 @@ class ResponseRun:
                 async for step in steps:
                     self.output_tokens += len(step.token_ids)
                     self.cached_tokens = max(self.cached_tokens, step.cached_tokens)
-                    for event in self.builder.feed(self._parse(step)):
+                    deltas, capped = self._calls.cap(self._parse(step), self.max_tool_calls)
+                    for event in self.builder.feed(deltas):
                         yield event
                     if self.parser.error is not None:  # leaving the loop closes the stream: aborts
                         finished = Finished("error", error_message=self.parser.error)
                         break
+                    if capped:  # the last call allowed has ended: the rest is not wanted (aborted)
+                        finished = Finished("stop")
+                        break
                     if step.finish_reason:
                         finished = Finished(step.finish_reason)
-            if self.parser.error is None:
+            if self.parser.error is None and not self._calls.capped:
                 tail = self.decoder.flush() if self.decoder else ""
                 for event in self.builder.feed(self.parser.feed([], tail) + self.parser.finish()):
                     yield event

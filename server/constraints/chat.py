@@ -1,0 +1,82 @@
+"""Structural tags for chat-template models: the answer's JSON and tool calls in the model's own call syntax.
+
+The grammar writes exactly what the configured tool-call parser reads, so the streaming parsers see ordinary
+output and arguments still stream. A reasoning model's thinking is left free by the engine itself: vLLM applies
+the grammar only after the reasoning ends when it runs with the same `--reasoning-parser`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+from server.constraints.json_grammar import json_grammar
+from server.constraints.rules import OutputRules
+
+Format = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CallSyntax:
+    """How a model family writes one tool call: the text before the arguments, their style, the text after."""
+
+    trigger: str  # the text that opens every call
+    begin: Callable[[str], str]  # the tool's name -> the text before its arguments
+    end: str
+    style: Literal["json", "qwen_xml"] = "json"
+    separator: str = "\n"  # between consecutive calls
+
+
+CALL_SYNTAX: dict[str, CallSyntax] = {
+    "hermes": CallSyntax("<tool_call>", lambda name: f'<tool_call>\n{{"name": {json.dumps(name)}, "arguments": ',
+                         "}\n</tool_call>"),
+    "qwen3_coder": CallSyntax("<tool_call>", lambda name: f"<tool_call>\n<function={name}>\n",
+                              "\n</function>\n</tool_call>", style="qwen_xml"),
+    "llama3_json": CallSyntax('{"name": ', lambda name: f'{{"name": {json.dumps(name)}, "parameters": ', "}",
+                              separator="; "),
+}
+
+
+def chat_structural_tag(rules: OutputRules, syntax: CallSyntax | None) -> str | None:
+    """The structural tag (JSON) for vLLM's structured outputs, or None when the output is free.
+
+    `syntax` is None for a tool-call parser with no grammar here; rules that need calls then fail (ValueError).
+    """
+    if not rules.needs_grammar:
+        return None
+    answer = grammar_format(rules.answer_schema) if rules.answer_schema is not None else None
+    calls = rules.calls
+    if calls is None:
+        assert answer is not None, "a grammar without calls is the answer's"
+        return _structural_tag(answer)
+    if syntax is None:
+        raise ValueError("this tool-call format has no grammar")
+    tags = [_call_tag(syntax, name, schema) for name, schema in calls.schemas.items()]
+    one = rules.max_calls == 1
+    if calls.required:
+        return _structural_tag(_calls_only(tags, syntax, one))
+    if answer is not None:  # a JSON answer, or calls
+        return _structural_tag({"type": "or", "elements": [answer, _calls_only(tags, syntax, one)]})
+    return _structural_tag({"type": "triggered_tags", "triggers": [syntax.trigger], "tags": tags,
+                            "stop_after_first": one})
+
+
+def grammar_format(schema: dict[str, Any]) -> Format:
+    """A structural-tag element holding JSON valid against `schema`, with bounded numbers and no free whitespace."""
+    return {"type": "grammar", "grammar": json_grammar(schema)}
+
+
+def _call_tag(syntax: CallSyntax, name: str, schema: dict[str, Any]) -> Format:
+    content = grammar_format(schema) if syntax.style == "json" else {
+        "type": "json_schema", "json_schema": schema, "style": syntax.style}
+    return {"type": "tag", "begin": syntax.begin(name), "content": content, "end": syntax.end}
+
+
+def _calls_only(tags: list[Format], syntax: CallSyntax, one: bool) -> Format:
+    return {"type": "tags_with_separator", "tags": tags, "separator": syntax.separator, "at_least_one": True,
+            "stop_after_first": one}
+
+
+def _structural_tag(output: Format) -> str:
+    return json.dumps({"type": "structural_tag", "format": output})
