@@ -10,6 +10,8 @@ from fastapi import Request
 
 from parsers.deltas import Finished, OutputText
 from server.config import ServerConfig
+from server.constraints.json_grammar import ANY_OBJECT
+from server.constraints.rules import OutputRules
 from server.engine.interface import Engine
 from server.http.errors import APIError
 from server.http.requests import ResponsesRequest
@@ -52,6 +54,7 @@ class ServingContext:
 def _warm_up(model: str, path: ModelPath) -> None:
     """Render and build one throwaway response, so the first real request pays no first-use costs."""
     path.render(ResponsesRequest.model_validate({"model": model, "input": "hi"}))
+    path.structural_tag(OutputRules(answer_schema=ANY_OBJECT))  # loads xgrammar (seconds, the first time)
     builder = ResponseBuilder({"model": model})
     for event in builder.start() + builder.feed([OutputText("warm")]) + builder.finish(Finished("stop")):
         event_json(event)
