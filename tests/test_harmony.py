@@ -23,6 +23,7 @@ from streaming.ids import counting_ids
 from tests.conftest import free_port, serve_in_thread
 from tests.helpers import collapsed_types, without_volatile
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+from tests.test_constraints import harmony_accepts
 from tests.sse import events_of, parse_frames
 from tests.test_server import Harness
 from tests.validator import validate_events
@@ -274,3 +275,60 @@ def test_previous_response_id_on_the_harmony_path(tmp_path: Path) -> None:
     assert "Need weather for two cities." in prompt  # reasoning between tool calls of the turn is kept
     assert prompt.count("to=functions.get_weather") == 2
     assert "<|start|>functions.get_weather" in prompt and "sunny 1" in prompt
+
+
+STRICT_WEATHER = {**TOOLS[0], "strict": True, "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": False}}
+CITY_FORMAT = {"format": {"type": "json_schema", "name": "city", "strict": True, "schema": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": False}}}
+CALL_PARIS = completion(("analysis", None, "Need the weather."),
+                        ("commentary", "functions.get_weather", '{"city": "Paris"}'), end=CALL)
+FINAL_JSON = completion(("analysis", None, "Answer as JSON."), ("final", None, '{"city": "Paris"}'))
+FINAL_PROSE = completion(("analysis", None, "Answer."), ("final", None, "It is Paris."))
+GRAMMAR_CASES = [
+    ("text.format json_schema", {"text": CITY_FORMAT}, FINAL_JSON, FINAL_PROSE),
+    ("text.format json_object", {"text": {"format": {"type": "json_object"}}}, FINAL_JSON, FINAL_PROSE),
+    ("tool_choice required", {"tools": TOOLS, "tool_choice": "required"}, CALL_PARIS, FINAL_PROSE),
+    ("tool_choice named", {"tools": TOOLS, "tool_choice": {"type": "function", "name": "get_weather"}}, CALL_PARIS,
+     FINAL_PROSE),
+    ("allowed_tools required", {"tools": TOOLS, "tool_choice": {
+        "type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get_weather"}]}},
+     CALL_PARIS, FINAL_PROSE),
+    ("strict tool under auto", {"tools": [STRICT_WEATHER]}, CALL_PARIS,
+     completion(("commentary", "functions.get_weather", '{"town": "Paris"}'), end=CALL)),
+]
+
+
+@pytest.mark.parametrize(("fields", "allowed", "stopped"), [c[1:] for c in GRAMMAR_CASES],
+                         ids=[c[0] for c in GRAMMAR_CASES])
+def test_the_engine_gets_a_grammar_that_holds_the_replayed_output(harmony: Harness, fields: dict[str, Any],
+                                                                  allowed: list[int], stopped: list[int]) -> None:
+    harmony.play(steps_from_tokens(allowed, cuts=list(range(3, len(allowed), 3))))
+    final = validate_events(stream(harmony, **fields))
+    assert final.status == "completed"
+    tag = harmony.engine.requests[-1].sampling.structural_tag
+    assert tag is not None
+    assert harmony_accepts(tag, allowed) and not harmony_accepts(tag, stopped)
+
+
+def test_free_output_gets_no_grammar(harmony: Harness) -> None:
+    harmony.play(steps_from_tokens(REASONING_THEN_FINAL, cuts=[]))
+    stream(harmony, tools=TOOLS)
+    assert harmony.engine.requests[-1].sampling.structural_tag is None
+
+
+@pytest.mark.parametrize(("effort", "expected"), [("none", "LOW"), ("minimal", "LOW"), ("low", "LOW"),
+                                                  ("medium", "MEDIUM"), ("high", "HIGH"), ("xhigh", "HIGH"),
+                                                  ("max", "HIGH")])
+def test_every_sdk_effort_maps_to_the_nearest_harmony_effort(effort: str, expected: str) -> None:
+    request = ResponsesRequest.model_validate({"input": "hi", "reasoning": {"effort": effort}})
+    system = harmony_conversation(request, datetime.date(2026, 1, 1), None).messages[0].content[0]
+    assert system.reasoning_effort.name == expected
+
+
+def test_image_input_is_a_400_on_the_harmony_path(harmony: Harness) -> None:
+    response = httpx.post(f"{harmony.base_url}/responses", json={"model": MODEL, "input": [
+        {"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}]},
+        timeout=30)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "input[0].content[0].type"

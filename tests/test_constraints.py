@@ -1,0 +1,294 @@
+"""Structured outputs: request rules, bounded JSON grammars, and structural tags checked with xgrammar's own matcher.
+
+The grammars are checked for what they let through and what they stop, and the outputs they let through are
+fed to this project's own parsers, which must read them back as the intended calls: the grammar writes exactly
+the syntax the streaming parsers read.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import pytest
+import xgrammar
+from xgrammar.testing import _is_grammar_accept_string as accepts
+
+from parsers.deltas import ItemEnded, OutputText, ReasoningText, ToolCallArguments, ToolCallStarted, merge_adjacent
+from parsers.harmony import HarmonyParser
+from parsers.registry import TOOL_CALL_PARSERS
+from server.config import ServerConfig
+from server.constraints.chat import CALL_SYNTAX, chat_structural_tag
+from server.constraints.json_grammar import STRING_ESCAPES, STRING_SEGMENT, SchemaError, json_grammar
+from server.constraints.rules import OutputRules, output_rules
+from server.http.errors import APIError
+from server.http.requests import ResponsesRequest
+from server.paths.chat_template import tool_definitions, tool_table
+from server.paths.harmony import HarmonyPath, harmony_encoding
+
+CITY = {"type": "object", "properties": {"name": {"type": "string"}, "population": {"type": "integer"},
+                                         "area": {"type": "number"}},
+        "required": ["name", "population", "area"], "additionalProperties": False}
+WEATHER = {"type": "function", "name": "get_weather", "strict": True,
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                           "unit": {"type": "string", "enum": ["c", "f"]}},
+                          "required": ["city", "unit"], "additionalProperties": False}}
+TIME = {"type": "function", "name": "get_time", "strict": False,
+        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}
+PATCH = {"type": "custom", "name": "apply_patch"}
+SPAWN = {"type": "namespace", "name": "agents", "tools": [
+    {"type": "function", "name": "spawn", "parameters": {"type": "object", "properties": {"task": {"type": "string"}},
+                                                          "required": ["task"]}}]}
+
+
+def _request(**fields: Any) -> ResponsesRequest:
+    return ResponsesRequest.model_validate({"input": "hi", **fields})
+
+
+def _rules(**fields: Any) -> OutputRules:
+    request = _request(**fields)
+    return output_rules(request, tool_table(request), tool_definitions(request))
+
+
+# -- JSON grammars -------------------------------------------------------------------------------------------------
+
+JSON_CASES = [
+    ("a valid object", '{"name": "Paris", "population": 2100000, "area": 105.4}', True),
+    ("escapes in strings", '{"name": "Pa\\"ris\\"\\nline", "population": 1, "area": 1}', True),
+    ("properties out of the schema's order", '{"population": 1, "name": "P", "area": 1}', False),
+    ("free whitespace", '{ "name": "P", "population": 1, "area": 1}', False),
+    ("compact separators", '{"name":"P","population":1,"area":1}', False),
+    ("a missing required property", '{"name": "P", "population": 1}', False),
+    ("16 integer digits", '{"name": "P", "population": 1234567890123456, "area": 1}', True),
+    ("17 integer digits", '{"name": "P", "population": 12345678901234567, "area": 1}', False),
+    ("16 fraction digits", '{"name": "P", "population": 1, "area": 1.1234567890123456}', True),
+    ("17 fraction digits", '{"name": "P", "population": 1, "area": 1.12345678901234567}', False),
+    ("a segment at its bound", '{"name": "%s", "population": 1, "area": 1}' % ("x" * STRING_SEGMENT), True),
+    ("a segment past its bound", '{"name": "%s", "population": 1, "area": 1}' % ("x" * (STRING_SEGMENT + 1)), False),
+    ("escapes at their bound", '{"name": "%s", "population": 1, "area": 1}' % ("ab\\n" * STRING_ESCAPES), True),
+    ("escapes past their bound", '{"name": "%s", "population": 1, "area": 1}' % ("ab\\n" * (STRING_ESCAPES + 1)),
+     False),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in JSON_CASES], ids=[c[0] for c in JSON_CASES])
+def test_json_grammar_closes_and_follows_the_schema(text: str, expected: bool) -> None:
+    assert accepts(xgrammar.Grammar.from_ebnf(json_grammar(CITY)), text) is expected
+
+
+def test_json_grammar_bounds_strings_inside_any_object() -> None:
+    grammar = xgrammar.Grammar.from_ebnf(json_grammar({"type": "object"}))
+    assert accepts(grammar, '{"a": ["x", {"b": 1.5}]}')
+    assert not accepts(grammar, '{"a": "%s"}' % ("y" * (STRING_SEGMENT + 1)))
+
+
+def test_an_invalid_schema_is_a_schema_error() -> None:
+    with pytest.raises(SchemaError):
+        json_grammar({"type": "object", "properties": {"a": {"type": "no-such-type"}}})
+
+
+# -- the rules a request asks for ----------------------------------------------------------------------------------
+
+RULE_ERRORS = [
+    ("tool_choice not a known string", {"tools": [WEATHER], "tool_choice": "bogus"}, "tool_choice"),
+    ("tool_choice a number", {"tools": [WEATHER], "tool_choice": 3}, "tool_choice"),
+    ("required without tools", {"tool_choice": "required"}, "tool_choice"),
+    ("named tool unknown", {"tools": [WEATHER], "tool_choice": {"type": "function", "name": "nope"}},
+     "tool_choice.name"),
+    ("named tool of another kind", {"tools": [PATCH], "tool_choice": {"type": "function", "name": "apply_patch"}},
+     "tool_choice.name"),
+    ("named tool without a name", {"tools": [WEATHER], "tool_choice": {"type": "function"}}, "tool_choice"),
+    ("unknown tool_choice type", {"tools": [WEATHER], "tool_choice": {"type": "wizard"}}, "tool_choice.type"),
+    ("hosted tool", {"tools": [WEATHER], "tool_choice": {"type": "web_search"}}, "tool_choice"),
+    ("allowed_tools without tools", {"tools": [WEATHER], "tool_choice": {"type": "allowed_tools", "mode": "auto"}},
+     "tool_choice.tools"),
+    ("allowed_tools bad mode", {"tools": [WEATHER], "tool_choice": {
+        "type": "allowed_tools", "mode": "sometimes", "tools": [{"type": "function", "name": "get_weather"}]}},
+     "tool_choice.mode"),
+    ("allowed_tools unknown tool", {"tools": [WEATHER], "tool_choice": {
+        "type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "nope"}]}},
+     "tool_choice.tools[0].name"),
+    ("json_schema without schema", {"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
+    ("json_schema with a bad schema", {"text": {"format": {"type": "json_schema", "name": "x",
+                                                           "schema": {"type": "nonsense"}}}}, "text.format.schema"),
+    ("unknown format type", {"text": {"format": {"type": "yaml"}}}, "text.format.type"),
+    ("strict tool with a bad schema", {"tools": [{**WEATHER, "parameters": {"type": "nonsense"}}]}, "tools"),
+]
+
+
+@pytest.mark.parametrize(("fields", "param"), [c[1:] for c in RULE_ERRORS], ids=[c[0] for c in RULE_ERRORS])
+def test_rules_that_cannot_be_honoured_are_a_400_naming_the_field(fields: dict[str, Any], param: str) -> None:
+    with pytest.raises(APIError) as caught:
+        _rules(**fields)
+    assert caught.value.status == 400 and caught.value.param == param
+
+
+def test_rules_for_each_tool_choice() -> None:
+    assert not _rules(tools=[TIME]).needs_grammar  # auto, nothing strict: the model writes freely
+    assert _rules(tools=[TIME], tool_choice="none").calls is None
+    strict = _rules(tools=[WEATHER, TIME])
+    assert strict.needs_grammar and strict.calls is not None and strict.calls.strict == {"get_weather"}
+    named = _rules(tools=[WEATHER, TIME], tool_choice={"type": "function", "name": "get_time"})
+    assert named.calls is not None and list(named.calls.schemas) == ["get_time"] and named.calls.required
+    namespaced = _rules(tools=[SPAWN], tool_choice={"type": "function", "name": "spawn"})
+    assert namespaced.calls is not None and list(namespaced.calls.schemas) == ["agents__spawn"]
+    allowed = _rules(tools=[WEATHER, TIME], tool_choice={"type": "allowed_tools", "mode": "auto",
+                                                         "tools": [{"type": "function", "name": "get_time"}]})
+    assert allowed.calls is not None and allowed.calls.restricted and not allowed.calls.required
+    assert _rules(tools=[TIME], parallel_tool_calls=False).max_calls == 1
+    assert _rules(tools=[TIME], max_tool_calls=3).max_calls == 3
+    assert _rules(text={"format": {"type": "json_object"}}).answer_schema == {"type": "object"}
+
+
+# -- chat-template structural tags ---------------------------------------------------------------------------------
+
+def _chat_grammar(parser: str, **fields: Any) -> xgrammar.Grammar:
+    tag = chat_structural_tag(_rules(**fields), CALL_SYNTAX[parser])
+    assert tag is not None
+    return xgrammar.Grammar.from_structural_tag(tag)
+
+
+HERMES_WEATHER = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}\n</tool_call>'
+HERMES_TIME = '<tool_call>\n{"name": "get_time", "arguments": {"tz": "CET"}}\n</tool_call>'
+CHAT_CASES = [
+    ("required: one call", "hermes", {"tool_choice": "required"}, HERMES_WEATHER, True),
+    ("required: two calls", "hermes", {"tool_choice": "required"}, HERMES_WEATHER + "\n" + HERMES_TIME, True),
+    ("required: text instead", "hermes", {"tool_choice": "required"}, "It is sunny.", False),
+    ("required: arguments off schema", "hermes", {"tool_choice": "required"},
+     HERMES_WEATHER.replace('"c"', '"kelvin"'), False),
+    ("parallel false: two calls", "hermes", {"tool_choice": "required", "parallel_tool_calls": False},
+     HERMES_WEATHER + "\n" + HERMES_TIME, False),
+    ("named: that tool", "hermes", {"tool_choice": {"type": "function", "name": "get_time"}}, HERMES_TIME, True),
+    ("named: another tool", "hermes", {"tool_choice": {"type": "function", "name": "get_time"}}, HERMES_WEATHER,
+     False),
+    ("auto with a strict tool: text", "hermes", {}, "Let me check.", True),
+    ("auto with a strict tool: text then a call", "hermes", {}, "Let me check. " + HERMES_WEATHER, True),
+    ("auto with a strict tool: a bad strict call", "hermes", {}, "x " + HERMES_WEATHER.replace('"c"', '3'), False),
+    ("allowed_tools auto: a tool left out", "hermes", {"tool_choice": {
+        "type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_time"}]}},
+     HERMES_WEATHER, False),
+    ("allowed_tools required: the allowed tool", "hermes", {"tool_choice": {
+        "type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get_time"}]}},
+     HERMES_TIME, True),
+    ("qwen3_coder: XML parameters", "qwen3_coder", {"tool_choice": "required"},
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=unit>\nc\n</parameter>"
+     "\n</function>\n</tool_call>", True),
+    ("qwen3_coder: a JSON body instead", "qwen3_coder", {"tool_choice": "required"},
+     '<tool_call>\n<function=get_weather>\n{"city": "Paris"}\n</function>\n</tool_call>', False),
+    ("llama3_json", "llama3_json", {"tool_choice": "required"},
+     '{"name": "get_time", "parameters": {"tz": "CET"}}', True),
+]
+
+
+@pytest.mark.parametrize(("parser", "fields", "text", "expected"), [c[1:] for c in CHAT_CASES],
+                         ids=[c[0] for c in CHAT_CASES])
+def test_chat_grammar_lets_through_what_the_request_allows(parser: str, fields: dict[str, Any], text: str,
+                                                           expected: bool) -> None:
+    assert accepts(_chat_grammar(parser, tools=[WEATHER, TIME], **fields), text) is expected
+
+
+def test_json_answer_or_calls_when_both_are_possible() -> None:
+    grammar = _chat_grammar("hermes", tools=[TIME], text={"format": {"type": "json_object"}})
+    assert accepts(grammar, '{"answer": 42}') and accepts(grammar, HERMES_TIME)
+    assert not accepts(grammar, "Forty-two.")
+
+
+@pytest.mark.parametrize("parser", ["hermes", "qwen3_coder", "llama3_json"])
+def test_what_the_grammar_writes_the_parser_reads(parser: str) -> None:
+    """Sample each grammar's output from xgrammar's own matcher, then parse it with our streaming parser."""
+    text = {
+        "hermes": HERMES_WEATHER + "\n" + HERMES_TIME,
+        "qwen3_coder": "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                       "<parameter=unit>\nc\n</parameter>\n</function>\n</tool_call>",
+        "llama3_json": '{"name": "get_weather", "parameters": {"city": "Paris", "unit": "c"}}; '
+                       '{"name": "get_time", "parameters": {"tz": "CET"}}',
+    }[parser]
+    assert accepts(_chat_grammar(parser, tools=[WEATHER, TIME], tool_choice="required"), text)
+    request = _request(tools=[WEATHER, TIME])
+    tool_parser = TOOL_CALL_PARSERS[parser](tool_table(request))
+    deltas = merge_adjacent([d for ch in text for d in tool_parser.feed_text(ch)] + tool_parser.finish())
+    calls = [(d.name, json.loads(a.text)) for d, a in zip(deltas, deltas[1:])
+             if isinstance(d, ToolCallStarted) and isinstance(a, ToolCallArguments)]
+    assert calls[0] == ("get_weather", {"city": "Paris", "unit": "c"})
+    assert not any(isinstance(d, OutputText) and d.text.strip() for d in deltas)
+
+
+def test_a_parser_without_a_grammar_is_a_400_only_when_a_grammar_is_needed() -> None:
+    from server.paths.model_path import ChatTemplatePath
+
+    class _Tokenizer:
+        chat_template = ""
+
+    path = ChatTemplatePath(_Tokenizer(), ServerConfig(served_model_name="m", tool_call_parser="pythonic"))
+    assert path.structural_tag(_rules(tools=[TIME])) is None
+    with pytest.raises(APIError) as caught:
+        path.structural_tag(_rules(tools=[TIME], tool_choice="required"))
+    assert caught.value.param == "tool_choice"
+
+
+# -- harmony structural tags, matched token by token over o200k_harmony -------------------------------------------
+
+@lru_cache(maxsize=1)
+def _harmony_compiler() -> xgrammar.GrammarCompiler:
+    encoding = harmony_encoding()
+    vocab_size = 201088
+    vocab = []
+    for token_id in range(vocab_size):
+        try:
+            vocab.append(encoding.decode([token_id]).encode())
+        except Exception:  # reserved ids have no text
+            vocab.append(b"")
+    stops = list(encoding.stop_tokens_for_assistant_actions())
+    info = xgrammar.TokenizerInfo(vocab, xgrammar.VocabType.RAW, vocab_size=vocab_size, stop_token_ids=stops)
+    return xgrammar.GrammarCompiler(info)
+
+
+def harmony_accepts(tag: str, token_ids: list[int]) -> bool:
+    """Whether the grammar accepts every generated token, the turn's stop token last, as vLLM's matcher would."""
+    matcher = xgrammar.GrammarMatcher(_harmony_compiler().compile_structural_tag(tag))
+    return all(matcher.accept_token(token_id) for token_id in token_ids)
+
+
+def _harmony_run(tag: str, completion: str) -> bool:
+    return harmony_accepts(tag, harmony_encoding().encode(completion, allowed_special="all"))
+
+
+ANALYSIS = "<|channel|>analysis<|message|>The user wants the weather.<|end|><|start|>assistant"
+CALL = '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris", "unit": "c"}'
+HARMONY_CASES = [
+    ("json answer after reasoning", {"text": {"format": {"type": "json_schema", "name": "c", "schema": CITY}}},
+     ANALYSIS + '<|channel|>final<|message|>{"name": "Paris", "population": 2, "area": 1.5}<|return|>', True),
+    ("json answer: prose instead", {"text": {"format": {"type": "json_schema", "name": "c", "schema": CITY}}},
+     ANALYSIS + "<|channel|>final<|message|>Paris is big.<|return|>", False),
+    ("required: a call after reasoning", {"tools": [WEATHER, TIME], "tool_choice": "required"},
+     ANALYSIS + CALL + "<|call|>", True),
+    ("required: a final answer instead", {"tools": [WEATHER, TIME], "tool_choice": "required"},
+     ANALYSIS + "<|channel|>final<|message|>Sunny.<|return|>", False),
+    ("required: arguments off schema", {"tools": [WEATHER, TIME], "tool_choice": "required"},
+     CALL.replace('"c"', '"k"') + "<|call|>", False),
+    ("named: another tool", {"tools": [WEATHER, TIME], "tool_choice": {"type": "function", "name": "get_time"}},
+     CALL + "<|call|>", False),
+    ("auto with a strict tool: free final answer", {"tools": [WEATHER, TIME]},
+     ANALYSIS + "<|channel|>final<|message|>It is sunny.<|return|>", True),
+    ("auto with a strict tool: a preamble then a call", {"tools": [WEATHER, TIME]},
+     "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant" + CALL + "<|call|>", True),
+]
+
+
+@pytest.mark.parametrize(("fields", "completion", "expected"), [c[1:] for c in HARMONY_CASES],
+                         ids=[c[0] for c in HARMONY_CASES])
+def test_harmony_grammar_constrains_only_the_turns_end(fields: dict[str, Any], completion: str,
+                                                       expected: bool) -> None:
+    tag = HarmonyPath(ServerConfig(served_model_name="gpt-oss")).structural_tag(_rules(**fields))
+    assert tag is not None
+    assert _harmony_run(tag, completion) is expected
+
+
+def test_harmony_output_the_grammar_allows_parses_as_the_call() -> None:
+    request = _request(tools=[WEATHER, TIME], tool_choice="required")
+    tokens = harmony_encoding().encode(ANALYSIS + CALL + "<|call|>", allowed_special="all")
+    parser = HarmonyParser(harmony_encoding(), tools=tool_table(request))
+    deltas = merge_adjacent(parser.feed(tokens) + parser.finish())
+    assert [type(d) for d in deltas] == [ReasoningText, ItemEnded, ToolCallStarted, ToolCallArguments, ItemEnded]
+    assert json.loads(deltas[3].text) == {"city": "Paris", "unit": "c"}
