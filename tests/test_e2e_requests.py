@@ -1,0 +1,160 @@
+"""End to end: what a client asks of the output, on the real CPU engine with the bundled model, at its defaults.
+
+Structured outputs and tool_choice go through vLLM's xgrammar backend with the grammars the server builds;
+every run below uses the model's own sampling defaults (generation_config.json) unless it says otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Iterator, Literal
+
+import httpx
+import jsonschema
+import pytest
+from openai import AsyncOpenAI
+from pydantic import BaseModel
+
+from tests.test_e2e import MODEL, RunningServer
+from tests.validator import validate_events
+from tests.sse import events_of, parse_frames
+
+pytestmark = pytest.mark.e2e
+RUNS = 10
+CONTEXT = 2048
+
+
+class City(BaseModel):
+    name: str
+    country: str
+    population: int
+    area_km2: float
+
+
+WEATHER_PARAMETERS = {"type": "object", "properties": {"city": {"type": "string"},
+                                                       "unit": {"type": "string", "enum": ["c", "f"]}},
+                      "required": ["city", "unit"], "additionalProperties": False}
+TIME_PARAMETERS = {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"],
+                   "additionalProperties": False}
+TOOLS = [
+    {"type": "function", "name": "get_weather", "description": "Get the weather for a city", "strict": False,
+     "parameters": WEATHER_PARAMETERS},
+    {"type": "function", "name": "get_time", "description": "Get the time in a timezone", "strict": False,
+     "parameters": TIME_PARAMETERS},
+]
+SCHEMAS = {"get_weather": WEATHER_PARAMETERS, "get_time": TIME_PARAMETERS}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    log = tmp_path_factory.mktemp("logs") / "requests.log"
+    running = RunningServer(["--max-model-len", str(CONTEXT)], log)
+    yield running
+    running.stop()
+
+
+def _many(server: RunningServer, make: Any) -> list[Any]:
+    """RUNS requests at once (the engine batches them), each made by `make(client)`."""
+
+    async def run() -> list[Any]:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="unused", _strict_response_validation=True,
+                             max_retries=0, timeout=600)
+        return await asyncio.gather(*(make(client) for _ in range(RUNS)))
+
+    return asyncio.run(run())
+
+
+def test_parse_returns_the_typed_object_every_time(server: RunningServer) -> None:
+    results = _many(server, lambda client: client.responses.parse(
+        model=MODEL, input="Describe the city of Paris.", text_format=City))
+    parsed = [r.output_parsed for r in results]
+    assert all(isinstance(city, City) for city in parsed), [r.output_text for r in results]
+    assert all(r.status == "completed" for r in results)
+    assert results[0].text.format.type == "json_schema"  # the format is echoed back
+
+
+def test_parse_streams_with_the_sdk_helper(server: RunningServer) -> None:
+    async def one(client: AsyncOpenAI) -> Any:
+        async with client.responses.stream(model=MODEL, input="Describe the city of Rome.", text_format=City) as s:
+            deltas = [event async for event in s if event.type == "response.output_text.delta"]
+            final = await s.get_final_response()
+        return deltas, final
+
+    for deltas, final in _many(server, one):
+        assert deltas and isinstance(final.output_parsed, City)
+
+
+def test_agents_output_type_returns_the_typed_object(server: RunningServer) -> None:
+    from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
+
+    set_tracing_disabled(True)
+
+    async def run() -> Any:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=600)
+        agent = Agent(name="geographer", instructions="Describe the city the user names.", output_type=City,
+                      model=OpenAIResponsesModel(model=MODEL, openai_client=client))
+        return (await Runner.run(agent, "Paris", max_turns=1)).final_output
+
+    assert isinstance(asyncio.run(run()), City)
+
+
+TOOL_CHOICES = [
+    ("required", "required", {"get_weather", "get_time"}),
+    ("named", {"type": "function", "name": "get_time"}, {"get_time"}),
+    ("allowed_tools", {"type": "allowed_tools", "mode": "required",
+                       "tools": [{"type": "function", "name": "get_weather"}]}, {"get_weather"}),
+]
+
+
+@pytest.mark.parametrize(("choice", "names"), [c[1:] for c in TOOL_CHOICES], ids=[c[0] for c in TOOL_CHOICES])
+def test_tool_choice_gives_calls_that_validate(server: RunningServer, choice: Any, names: set[str]) -> None:
+    results = _many(server, lambda client: client.responses.create(
+        model=MODEL, input="What is the weather in Paris?", tools=TOOLS, tool_choice=choice))
+    for response in results:
+        calls = [item for item in response.output if item.type == "function_call"]
+        assert calls and response.status == "completed", response.output
+        for call in calls:
+            assert call.name in names
+            jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+
+
+def test_tool_choice_streams_arguments_before_the_call_is_done(server: RunningServer) -> None:
+    with httpx.stream("POST", f"{server.base_url}/responses", timeout=600, json={
+            "model": MODEL, "stream": True, "input": "What is the time in Tokyo?", "tools": TOOLS,
+            "tool_choice": {"type": "function", "name": "get_time"}}) as response:
+        events = events_of(parse_frames(response.iter_lines()))
+    final = validate_events(events)
+    kinds = [event["type"] for event in events]
+    assert kinds.index("response.function_call_arguments.delta") < kinds.index(
+        "response.function_call_arguments.done")
+    jsonschema.validate(json.loads(final.output[0].arguments), TIME_PARAMETERS)
+
+
+def test_parallel_tool_calls_false_gives_one_call(server: RunningServer) -> None:
+    results = _many(server, lambda client: client.responses.create(
+        model=MODEL, input="Get the weather in Paris, in London and in Tokyo.", tools=TOOLS,
+        tool_choice="required", parallel_tool_calls=False))
+    assert [len([o for o in r.output if o.type == "function_call"]) for r in results] == [1] * RUNS
+
+
+def _long_history(turns: int) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for turn in range(turns):
+        items += [{"role": "user", "content": f"Tell me fact number {turn} about Paris. " + "Please. " * 30},
+                  {"role": "assistant", "content": f"Fact {turn}: " + "Paris has many bridges and museums. " * 12}]
+    return items + [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def test_truncation_auto_answers_a_history_three_times_the_context(server: RunningServer) -> None:
+    history = _long_history(40)
+    size = server.client.responses.create(model=MODEL, input=history[-1:], max_output_tokens=16).usage.input_tokens
+    refused = httpx.post(f"{server.base_url}/responses", json={"model": MODEL, "input": history}, timeout=600)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "context_length_exceeded"
+    assert str(CONTEXT) in refused.json()["error"]["message"]
+    whole = int(refused.json()["error"]["message"].split()[3])  # "The input is N tokens; ..."
+    assert whole >= 3 * CONTEXT and size < CONTEXT
+    answered = server.client.responses.create(model=MODEL, input=history, truncation="auto", max_output_tokens=32)
+    assert answered.status in ("completed", "incomplete") and answered.output_text
+    assert answered.usage.input_tokens + 32 <= CONTEXT  # usage reports what was sent
+    assert answered.truncation == "auto"
