@@ -166,6 +166,7 @@ REQUEST_ERRORS = [
     ("unknown include", {"input": "x", "include": ["reasoning.plaintext"]}, "include"),
     ("stored prompt", {"input": "x", "prompt": {"id": "pmpt_1"}}, "prompt"),
     ("conversation", {"input": "x", "conversation": "conv_1"}, "conversation"),
+    ("moderation", {"input": "x", "moderation": {"model": "omni-moderation-latest"}}, "moderation"),
     ("no input", {}, "input"),
     ("empty input list", {"input": []}, "input"),
     ("file input", {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},

@@ -181,6 +181,7 @@ class ResponsesRequest(_Lenient):
     prompt_cache_key: str | None = None
     prompt: Any = None  # stored prompt templates: not supported (rejected when given)
     conversation: Any = None  # not supported yet (rejected when given)
+    moderation: Any = None  # no moderation runs here (rejected when given, rather than silently skipped)
 
     @model_validator(mode="before")
     @classmethod
@@ -199,6 +200,11 @@ class ResponsesRequest(_Lenient):
     @classmethod
     def _no_conversations(cls, value: Any) -> Any:
         raise ValueError("conversations are not supported by this server yet; use `previous_response_id`")
+
+    @field_validator("moderation")
+    @classmethod
+    def _no_moderation(cls, value: Any) -> Any:
+        raise ValueError("this server runs no moderation; leave `moderation` out")
 
     @field_validator("include")
     @classmethod
