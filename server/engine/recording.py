@@ -85,12 +85,10 @@ class ReplayEngine:
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
         self.sampling_defaults = sampling_defaults or {}
-        self.last_request: EngineRequest | None = None  # what was asked, to check the wiring without a model
         self._next = itertools.cycle(recordings)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         recording = next(self._next)
-        self.last_request = request
         budget = request.sampling.max_tokens
         steps = [s for s in recording.steps if s] or [[]]
         for index, tokens in enumerate(steps):
