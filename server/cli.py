@@ -81,7 +81,9 @@ def engine_factory(args: argparse.Namespace) -> Any:
         def replay() -> Any:
             name = args.tokenizer or args.model
             tokenizer = vllm_engine.load_tokenizer(name) if name and not args.harmony else None
-            return ReplayEngine(recordings, tokenizer, max_model_len=args.max_model_len or 1 << 17)
+            defaults = vllm_engine.model_sampling_defaults(args.model) if args.model else {}
+            return ReplayEngine(recordings, tokenizer, max_model_len=args.max_model_len or 1 << 17,
+                                sampling_defaults=defaults)
 
         return replay
 

@@ -119,16 +119,29 @@ def test_tool_choice_gives_calls_that_validate(server: RunningServer, choice: An
             jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
 
 
-def test_tool_choice_streams_arguments_before_the_call_is_done(server: RunningServer) -> None:
+STREAMED = [(name, {"tool_choice": choice}, names) for name, choice, names in TOOL_CHOICES] + [
+    ("parallel_tool_calls false", {"tool_choice": "required", "parallel_tool_calls": False},
+     {"get_weather", "get_time"})]
+
+
+@pytest.mark.parametrize(("fields", "names"), [c[1:] for c in STREAMED], ids=[c[0] for c in STREAMED])
+def test_tool_choice_streams_arguments_before_each_call_is_done(server: RunningServer, fields: dict[str, Any],
+                                                                names: set[str]) -> None:
     with httpx.stream("POST", f"{server.base_url}/responses", timeout=600, json={
             "model": MODEL, "stream": True, "input": "What is the time in Tokyo?", "tools": TOOLS,
-            "tool_choice": {"type": "function", "name": "get_time"}}) as response:
+            **fields}) as response:
         events = events_of(parse_frames(response.iter_lines()))
     final = validate_events(events)
-    kinds = [event["type"] for event in events]
-    assert kinds.index("response.function_call_arguments.delta") < kinds.index(
-        "response.function_call_arguments.done")
-    jsonschema.validate(json.loads(final.output[0].arguments), TIME_PARAMETERS)
+    calls = [item for item in final.output if item.type == "function_call"]
+    assert calls and (len(calls) == 1 or fields.get("parallel_tool_calls", True))
+    for call in calls:
+        deltas = [i for i, e in enumerate(events) if e["type"] == "response.function_call_arguments.delta"
+                  and e["item_id"] == call.id]
+        done = next(i for i, e in enumerate(events) if e["type"] == "response.function_call_arguments.done"
+                    and e["item_id"] == call.id)
+        assert deltas and max(deltas) < done
+        assert call.name in names
+        jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
 
 
 def test_parallel_tool_calls_false_gives_one_call(server: RunningServer) -> None:
@@ -158,3 +171,13 @@ def test_truncation_auto_answers_a_history_three_times_the_context(server: Runni
     assert answered.status in ("completed", "incomplete") and answered.output_text
     assert answered.usage.input_tokens + 32 <= CONTEXT  # usage reports what was sent
     assert answered.truncation == "auto"
+    events = server.raw_stream(input=history, truncation="auto", max_output_tokens=32)
+    streamed = validate_events(events)
+    assert streamed.output_text and streamed.usage.input_tokens == answered.usage.input_tokens
+
+
+def test_input_token_count_matches_usage_on_the_real_model(server: RunningServer) -> None:
+    body = {"instructions": "Answer briefly.", "input": "What is the capital of France?", "tools": TOOLS}
+    counted = server.client.responses.input_tokens.count(model=MODEL, **body)
+    response = server.client.responses.create(model=MODEL, max_output_tokens=8, **body)
+    assert counted.input_tokens == response.usage.input_tokens > 0

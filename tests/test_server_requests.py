@@ -186,3 +186,16 @@ def test_fields_that_cannot_be_honoured_are_a_400(app: Harness, body: dict[str, 
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == param and error["message"] and error["type"] == "invalid_request_error"
+
+
+def test_input_token_count_is_what_the_response_reports(app: Harness, tokenizer: Any) -> None:
+    body = {"instructions": "Be brief.", "input": [{"role": "user", "content": "weather in Paris?"}],
+            "tools": [WEATHER], "tool_choice": "required"}
+    counted = app.client.responses.input_tokens.count(model=MODEL, **body)
+    assert counted.object == "response.input_tokens"
+    app.play(answer(tokenizer, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'))
+    assert app.client.responses.create(model=MODEL, **body).usage.input_tokens == counted.input_tokens > 0
+    assert app.client.responses.input_tokens.count(model=MODEL, input="hi").input_tokens < counted.input_tokens
+    bad = httpx.post(f"{app.base_url}/responses/input_tokens", json={"tool_choice": "bogus", "input": "x"},
+                     timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tool_choice"

@@ -70,9 +70,7 @@ class VllmEngine:
         self.max_model_len: int = llm.model_config.max_model_len
         self.model_type: str | None = getattr(llm.model_config.hf_config, "model_type", None)
         # What `vllm serve --generation-config auto` applies to requests that leave these out.
-        model_defaults = llm.model_config.get_diff_sampling_param()
-        self.sampling_defaults: dict[str, float] = {
-            key: model_defaults[key] for key in SAMPLING_DEFAULT_KEYS if model_defaults.get(key) is not None}
+        self.sampling_defaults = _sampling_defaults(llm.model_config.get_diff_sampling_param())
 
     @classmethod
     def start(cls, args: Any) -> "VllmEngine":
@@ -100,6 +98,18 @@ class VllmEngine:
 
     async def shutdown(self) -> None:
         self._llm.shutdown()
+
+
+def model_sampling_defaults(model: str) -> dict[str, float]:
+    """The sampling defaults in a model's generation_config.json, read as vLLM reads them (for a replay)."""
+    from vllm.transformers_utils.config import try_get_generation_config
+
+    config = try_get_generation_config(model, trust_remote_code=False)
+    return _sampling_defaults(config.to_diff_dict() if config is not None else {})
+
+
+def _sampling_defaults(values: dict[str, Any]) -> dict[str, float]:
+    return {key: values[key] for key in SAMPLING_DEFAULT_KEYS if values.get(key) is not None}
 
 
 def _sampling_params(request: EngineRequest) -> Any:

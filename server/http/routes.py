@@ -1,4 +1,4 @@
-"""HTTP routes: `POST /v1/responses` (SSE or JSON), `GET /v1/models`, `GET /health`."""
+"""HTTP routes: `POST /v1/responses` (SSE or JSON), its input token count, `GET /v1/models`, `GET /health`."""
 
 from __future__ import annotations
 
@@ -63,6 +63,16 @@ async def create_response(request: Request) -> Response:
         )
     await _drain_while_connected(stored, request)
     return JSONResponse(json.loads(stored.run.builder.response().to_json(indent=None)))
+
+
+@router.post("/v1/responses/input_tokens")
+async def count_input_tokens(request: Request) -> dict[str, Any]:
+    """The `usage.input_tokens` a response to the same body would report: its run is prepared, not started."""
+    context = serving_context(request)
+    context.check_api_key(request.headers.get("authorization"))
+    body = await _read_body(request)
+    run = _prepare_run(context, await with_history(body, context.store), body)
+    return {"object": "response.input_tokens", "input_tokens": len(run.request.prompt_token_ids)}
 
 
 async def _read_body(request: Request) -> ResponsesRequest:
