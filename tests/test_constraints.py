@@ -19,7 +19,7 @@ from parsers.deltas import ItemEnded, OutputText, ReasoningText, ToolCallArgumen
 from parsers.harmony import HarmonyParser
 from parsers.registry import TOOL_CALL_PARSERS
 from server.config import ServerConfig
-from server.constraints.chat import CALL_SYNTAX, chat_structural_tag
+from server.constraints.chat import CALL_SYNTAX, GRAMMAR_CALL_LIMIT, chat_structural_tag
 from server.constraints.json_grammar import STRING_ESCAPES, STRING_SEGMENT, SchemaError, json_grammar
 from server.constraints.rules import OutputRules, output_rules
 from server.http.errors import APIError
@@ -186,6 +186,14 @@ CHAT_CASES = [
 def test_chat_grammar_lets_through_what_the_request_allows(parser: str, fields: dict[str, Any], text: str,
                                                            expected: bool) -> None:
     assert accepts(_chat_grammar(parser, tools=[WEATHER, TIME], **fields), text) is expected
+
+
+@pytest.mark.parametrize(("limit", "fields"), [(GRAMMAR_CALL_LIMIT, {}), (3, {"max_tool_calls": 3})],
+                         ids=["default", "max_tool_calls"])
+def test_calls_under_a_grammar_are_bounded(limit: int, fields: dict[str, Any]) -> None:
+    grammar = _chat_grammar("hermes", tools=[WEATHER, TIME], tool_choice="required", **fields)
+    assert accepts(grammar, "\n".join([HERMES_TIME] * limit))
+    assert not accepts(grammar, "\n".join([HERMES_TIME] * (limit + 1)))
 
 
 def test_json_answer_or_calls_when_both_are_possible() -> None:

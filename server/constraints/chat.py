@@ -15,6 +15,9 @@ from server.constraints.json_grammar import json_grammar
 from server.constraints.rules import OutputRules
 
 Format = dict[str, Any]
+# Calls in one answer when a grammar writes them and the request sets no limit: a small model can otherwise
+# repeat a call until the context is full.
+GRAMMAR_CALL_LIMIT = 8
 
 
 @dataclass(frozen=True)
@@ -53,13 +56,13 @@ def chat_structural_tag(rules: OutputRules, syntax: CallSyntax | None) -> str | 
     if syntax is None:
         raise ValueError("this tool-call format has no grammar")
     tags = [_call_tag(syntax, name, schema) for name, schema in calls.schemas.items()]
-    one = rules.max_calls == 1
+    limit = rules.max_calls or GRAMMAR_CALL_LIMIT
     if calls.required:
-        return _structural_tag(_calls_only(tags, syntax, one))
+        return _structural_tag(_calls_only(tags, syntax, limit))
     if answer is not None:  # a JSON answer, or calls
-        return _structural_tag({"type": "or", "elements": [answer, _calls_only(tags, syntax, one)]})
+        return _structural_tag({"type": "or", "elements": [answer, _calls_only(tags, syntax, limit)]})
     return _structural_tag({"type": "triggered_tags", "triggers": [syntax.trigger], "tags": tags,
-                            "stop_after_first": one})
+                            "stop_after_first": limit == 1})
 
 
 def grammar_format(schema: dict[str, Any]) -> Format:
@@ -73,9 +76,11 @@ def _call_tag(syntax: CallSyntax, name: str, schema: dict[str, Any]) -> Format:
     return {"type": "tag", "begin": syntax.begin(name), "content": content, "end": syntax.end}
 
 
-def _calls_only(tags: list[Format], syntax: CallSyntax, one: bool) -> Format:
-    return {"type": "tags_with_separator", "tags": tags, "separator": syntax.separator, "at_least_one": True,
-            "stop_after_first": one}
+def _calls_only(tags: list[Format], syntax: CallSyntax, limit: int) -> Format:
+    """One to `limit` calls, separated as the model separates them, and nothing else."""
+    call = {"type": "or", "elements": tags}
+    more = {"type": "sequence", "elements": [{"type": "const_string", "value": syntax.separator}, call]}
+    return {"type": "sequence", "elements": [call, {"type": "repeat", "min": 0, "max": limit - 1, "content": more}]}
 
 
 def _structural_tag(output: Format) -> str:
