@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from parsers.registry import check_reasoning_parser
 from server.paths.model_path import check_tool_call_parser
 from server.config import ServerConfig
+from server.sealing import sealer_from
 from server.store.interface import RetentionPolicy
 
 
@@ -42,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="delete stored responses older than this")
     server.add_argument("--store-max-count", type=int, default=None, metavar="N",
                         help="keep at most the newest N stored responses")
+    server.add_argument("--reasoning-key", default=os.environ.get("RESPONSES_SERVER_REASONING_KEY"),
+                        metavar="SECRET[,SECRET...]",
+                        help="secrets that seal reasoning as encrypted_content (the first seals, all open); default: "
+                        "$RESPONSES_SERVER_REASONING_KEY, else a key file made once in the data directory")
     server.add_argument("--harmony", action="store_true",
                         help="use the harmony (gpt-oss) path; automatic for gpt_oss models, needed for replays "
                         "of gpt-oss output without the model (no Hugging Face tokenizer is loaded then)")
@@ -98,6 +103,11 @@ def engine_factory(args: argparse.Namespace) -> Any:
     return live
 
 
+def data_dir() -> Path:
+    """Where the server keeps its data: $RESPONSES_SERVER_DATA, else ~/.local/share/responses-server."""
+    return Path(os.environ.get("RESPONSES_SERVER_DATA") or Path.home() / ".local" / "share" / "responses-server")
+
+
 def open_store(url: str | None, retention: Any) -> Any:
     """The response store named by --store: SQLite at a path, or none."""
     from server.store.sqlite import SqliteStore
@@ -105,9 +115,7 @@ def open_store(url: str | None, retention: Any) -> Any:
     if url == "none":
         return None
     if url is None:
-        data = os.environ.get("RESPONSES_SERVER_DATA") or os.path.join(Path.home(), ".local", "share",
-                                                                       "responses-server")
-        return SqliteStore(Path(data) / "responses.db", retention)
+        return SqliteStore(data_dir() / "responses.db", retention)
     if url.startswith("sqlite:///"):
         return SqliteStore(Path(url[len("sqlite://"):]), retention)
     raise ValueError(f"--store {url!r}: use sqlite:///PATH or none")
@@ -140,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count))
     except ValueError as exc:
         parser.error(str(exc))
-    app = create_app(ServingContext(config=config, engine_factory=engine_factory(args), store=store))
+    sealer = sealer_from(args.reasoning_key, data_dir())
+    app = create_app(ServingContext(config=config, engine_factory=engine_factory(args), store=store, sealer=sealer))
     print(f"[responses-server] serving '{config.served_model_name}' on http://{args.host}:{args.port}/v1",
           file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.uvicorn_log_level)

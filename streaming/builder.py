@@ -95,9 +95,12 @@ class ResponseBuilder:
         ids: IdFactory = random_id,
         clock: Clock = time.time,
         response_id: str | None = None,
+        seal_reasoning: Callable[[str], str] | None = None,
     ) -> None:
+        """`seal_reasoning`, when given, turns a reasoning item's text into its `encrypted_content`."""
         self._ids = ids
         self._clock = clock
+        self._seal_reasoning = seal_reasoning
         self._state = _State()
         self._template = Response.model_validate(
             {
@@ -250,6 +253,9 @@ class ResponseBuilder:
             events.append(self._emit(ResponseCustomToolCallInputDoneEvent, type="response.custom_tool_call_input.done",
                                      item_id=item.id, output_index=item.output_index, input="".join(item.arguments)))
         done = item_model(item, status)
+        if item.kind == "reasoning" and self._seal_reasoning is not None:
+            text = "".join(part.final_text or "" for part in item.parts)
+            done = done.model_copy(update={"encrypted_content": self._seal_reasoning(text)})
         self._state.items.append(done)
         self._state.open_item = None
         events.append(self._emit(ResponseOutputItemDoneEvent, type="response.output_item.done",

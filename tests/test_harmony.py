@@ -18,6 +18,7 @@ from server.config import ServerConfig
 from server.paths.harmony import HarmonyPath, harmony_conversation, harmony_encoding
 from server.paths.chat_template import tool_table
 from server.engine.recording import Recording
+from server.sealing import Sealer
 from server.http.requests import ResponsesRequest
 from streaming.ids import counting_ids
 from tests.conftest import free_port, serve_in_thread
@@ -64,11 +65,14 @@ CALLS_WITH_PREAMBLE = completion(
     ("commentary", "functions.get_weather", '{"city": "Rome"}'), end=CALL)
 
 
+SEALER = Sealer.ephemeral()  # the harmony app's, so tests can seal values for another purpose under its key
+
+
 @pytest.fixture(scope="module")
 def harmony() -> Iterator[Harness]:
     engine = ScriptedEngine(tokenizer=None, scripts=[[]], max_model_len=131072)
     config = ServerConfig(served_model_name=MODEL, harmony=True)
-    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids())
+    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids(), sealer=SEALER)
     with serve_in_thread(create_app(context)) as base_url:
         harness = Harness(engine, base_url)
         yield harness
@@ -332,3 +336,49 @@ def test_image_input_is_a_400_on_the_harmony_path(harmony: Harness) -> None:
         timeout=30)
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "input[0].content[0].type"
+
+
+ENCRYPTED = "reasoning.encrypted_content"
+
+
+def test_reasoning_sealed_for_a_stateless_client_is_rendered_again(harmony: Harness) -> None:
+    """Turn 1 seals its analysis; turn 2 sends it back stripped to encrypted_content, as Codex does."""
+    harmony.play(steps_from_tokens(CALL_PARIS, cuts=[4]))
+    first = stream(harmony, tools=TOOLS, store=False, include=[ENCRYPTED])
+    output = validate_events(first).output
+    reasoning = next(item for item in output if item.type == "reasoning")
+    call = next(item for item in output if item.type == "function_call")
+    assert reasoning.encrypted_content and "weather" not in reasoning.encrypted_content
+    harmony.play(steps_from_tokens(REASONING_THEN_FINAL, cuts=[]))
+    stripped = {"type": "reasoning", "id": reasoning.id, "summary": [], "encrypted_content": reasoning.encrypted_content}
+    second = [{"role": "user", "content": "hi"}, stripped, call.model_dump(exclude_none=True),
+              {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}]
+    stream(harmony, tools=TOOLS, store=False, include=[ENCRYPTED], input=second)
+    prompt = harmony_encoding().decode(harmony.engine.requests[-1].prompt_token_ids)
+    assert "<|channel|>analysis<|message|>Need the weather.<|end|>" in prompt
+
+
+def test_without_the_include_no_reasoning_is_sealed(harmony: Harness) -> None:
+    harmony.play(steps_from_tokens(CALL_PARIS, cuts=[]))
+    output = validate_events(stream(harmony, tools=TOOLS)).output
+    assert next(item for item in output if item.type == "reasoning").encrypted_content is None
+
+
+@pytest.mark.parametrize("tamper", ["flip", "truncate", "foreign", "moved"])
+def test_tampered_reasoning_is_a_400(harmony: Harness, tamper: str) -> None:
+    harmony.play(steps_from_tokens(CALL_PARIS, cuts=[]))
+    reasoning = next(item for item in validate_events(stream(harmony, tools=TOOLS, include=[ENCRYPTED])).output
+                     if item.type == "reasoning")
+    sealed = reasoning.encrypted_content
+    value = {"flip": sealed[:20] + ("A" if sealed[20] != "A" else "B") + sealed[21:],
+             "truncate": sealed[:-8],
+             "foreign": Sealer.ephemeral().seal("reasoning", {"text": "forged"}),
+             "moved": SEALER.seal("compaction", {"text": "Need the weather."})}[tamper]
+    for stream_flag in (False, True):
+        response = httpx.post(f"{harmony.base_url}/responses", timeout=30, json={
+            "model": MODEL, "stream": stream_flag, "input": [
+                {"role": "user", "content": "hi"},
+                {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": value}]})
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["code"] == "invalid_encrypted_content" and error["param"] == "input[1].encrypted_content"

@@ -47,10 +47,21 @@ CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = [
      [{"role": "assistant", "content": "", "tool_calls": [
          {"id": "c9", "type": "function", "function": {"name": "apply_patch", "arguments": {"input": "*** Begin"}}}]},
       {"role": "tool", "tool_call_id": "c9", "content": "done"}]),
-    ("reasoning items are not rendered", {"input": [
+    ("reasoning before a user message is not rendered", {"input": [
         {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "x"}]},
         {"role": "user", "content": "hi"}]},
      [{"role": "user", "content": "hi"}]),
+    ("reasoning goes with the call it led to, as reasoning_content", {"input": [
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "think"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        {"role": "assistant", "content": "done"}]},
+     [{"role": "user", "content": "go"},
+      {"role": "assistant", "content": "", "reasoning_content": "think",
+       "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {}}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+      {"role": "assistant", "content": "done"}]),
 ]
 
 

@@ -16,6 +16,7 @@ from server.http.app import create_app
 from server.http.context import ServingContext
 from server.config import ServerConfig
 from server.engine.interface import EngineStep, StepLogprob
+from server.sealing import Sealer
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from tests.helpers import collapsed_types, without_volatile
@@ -61,11 +62,14 @@ class Harness:
         return httpx.post(f"{self.base_url}/responses", json={"model": MODEL, **body}, timeout=30)
 
 
+SEALER = Sealer.ephemeral()  # the app's reasoning key, so tests can send back what it sealed
+
+
 @pytest.fixture(scope="module")
 def harness(tokenizer: Any) -> Iterator[Harness]:
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     context = ServingContext(config=ServerConfig(served_model_name=MODEL, keepalive_seconds=0.2),
-                             engine_factory=lambda: engine, ids=counting_ids())
+                             engine_factory=lambda: engine, ids=counting_ids(), sealer=SEALER)
     with serve_in_thread(create_app(context)) as base_url:
         yield Harness(engine, base_url)
 
@@ -215,7 +219,8 @@ CODEX_REQUEST = {
     "input": [
         {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "rules"}]},
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list files"}]},
-        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+        {"type": "reasoning", "id": "rs_1", "summary": [],
+         "encrypted_content": SEALER.seal("reasoning", {"text": "I will list the files."})},
         {"type": "function_call", "call_id": "call_1", "name": "shell", "arguments": "{\"cmd\": \"ls\"}"},
         {"type": "function_call_output", "call_id": "call_1", "output": "a.txt"},
         {"type": "custom_tool_call", "call_id": "call_2", "name": "apply_patch", "input": "*** Begin Patch"},

@@ -17,6 +17,7 @@ from server.http.errors import APIError
 from server.http.requests import ResponsesRequest
 from server.paths.model_path import ModelPath, choose_path
 from server.runs.background import BackgroundRuns
+from server.sealing import Sealer
 from server.store.interface import ResponseStore
 from streaming.builder import ResponseBuilder
 from streaming.ids import IdFactory, random_id
@@ -37,6 +38,7 @@ class ServingContext:
     path: ModelPath | None = None
     store: ResponseStore | None = None
     background: BackgroundRuns = field(default_factory=BackgroundRuns)
+    sealer: Sealer = field(default_factory=Sealer.ephemeral)  # seals reasoning for stateless clients
     started_at: int = field(default_factory=lambda: int(time.time()))
 
     def check_api_key(self, authorization: str | None) -> None:

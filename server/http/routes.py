@@ -12,7 +12,13 @@ from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 
 from server.http.context import ServingContext, serving_context
-from server.conversation import stored_input_items, with_history
+from server.conversation import (
+    ENCRYPTED_REASONING_INCLUDE,
+    open_sealed_reasoning,
+    reasoning_sealer,
+    stored_input_items,
+    with_history,
+)
 from server.constraints.rules import output_rules
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
 from server.http.echo import response_settings
@@ -71,7 +77,7 @@ async def count_input_tokens(request: Request) -> dict[str, Any]:
     context = serving_context(request)
     context.check_api_key(request.headers.get("authorization"))
     body = await _read_body(request)
-    run = _prepare_run(context, await with_history(body, context.store), body)
+    run = _prepare_run(context, await _conversation(context, body), body)
     return {"object": "response.input_tokens", "input_tokens": len(run.request.prompt_token_ids)}
 
 
@@ -95,10 +101,15 @@ async def _prepare_stored_run(context: ServingContext, body: ResponsesRequest) -
         raise APIError("Background responses must be stored (store: true, and a server with a store).",
                        param="background")
     input_items = stored_input_items(body, context.ids) if store is not None else []
-    run = _prepare_run(context, await with_history(body, context.store), body)
+    run = _prepare_run(context, await _conversation(context, body), body)
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
     return StoredRun(run, store, input_items, body.previous_response_id, keep_event_log=keep_log,
                      background=body.background)
+
+
+async def _conversation(context: ServingContext, body: ResponsesRequest) -> ResponsesRequest:
+    """The request with its stored history before it and sealed reasoning opened: what the model sees."""
+    return open_sealed_reasoning(await with_history(body, context.store), context.sealer)
 
 
 async def _start_background(context: ServingContext, stored: StoredRun, stream: bool) -> Response:
@@ -140,7 +151,8 @@ def _prepare_run(context: ServingContext, conversation: ResponsesRequest, body: 
         **_sampling_values(body, engine.sampling_defaults),
     )
     settings = response_settings(body, served) | {"temperature": sampling.temperature, "top_p": sampling.top_p}
-    builder = ResponseBuilder(settings, ids=context.ids, clock=context.clock)
+    seal = reasoning_sealer(context.sealer) if ENCRYPTED_REASONING_INCLUDE in (body.include or []) else None
+    builder = ResponseBuilder(settings, ids=context.ids, clock=context.clock, seal_reasoning=seal)
     return ResponseRun(
         engine=engine,
         request=EngineRequest(builder.response_id, prompt, sampling),

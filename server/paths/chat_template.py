@@ -26,11 +26,19 @@ def chat_messages(request: ResponsesRequest) -> list[ChatMessage]:
     messages: list[ChatMessage] = []
     if request.instructions:
         messages.append({"role": "system", "content": request.instructions})
+    reasoning: list[str] = []  # reasoning waiting for the assistant message it led to
     for index, item in enumerate(request.input_items()):
+        if isinstance(item, ReasoningItem):
+            reasoning.append(item.text())
+            continue
         try:
             _append_item(messages, item)
         except ValueError as exc:
             raise APIError(str(exc), param=f"input[{index}]") from exc
+        if reasoning:  # it goes with the assistant message it led to; templates that do not use it ignore it
+            if messages[-1]["role"] == "assistant":
+                messages[-1]["reasoning_content"] = "".join(reasoning)
+            reasoning = []
     return messages
 
 
@@ -42,8 +50,6 @@ def _append_item(messages: list[ChatMessage], item: Any) -> None:
         _assistant_for_tool_calls(messages)["tool_calls"].append(_tool_call(item))
     elif isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
         messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
-    elif isinstance(item, ReasoningItem):
-        pass  # chat templates drop earlier turns' reasoning; nothing to render
     else:  # pragma: no cover - the request model admits no other kinds
         raise ValueError(f"unsupported input item {type(item).__name__}")
 

@@ -1,0 +1,93 @@
+"""Sealed reasoning for stateless clients: AES-GCM from the `cryptography` package, under the server's keys.
+
+A sealed value is `rsv1.` + base64url(key id (4 bytes) | nonce (12 bytes) | ciphertext and tag). The purpose
+(`reasoning`, later `compaction`) is the associated data, so a value moved to another kind of item does not open.
+Several keys may be given: the first seals, all of them open (rotation).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+PREFIX = "rsv1."
+KEY_FILE = "reasoning.key"
+_NONCE = 12
+_KEY_ID = 4
+
+
+class SealError(ValueError):
+    """A sealed value that is not ours, was changed, or belongs to another purpose."""
+
+
+@dataclass(frozen=True)
+class Sealer:
+    """Seals and opens JSON payloads; `keys[0]` seals, every key opens."""
+
+    keys: tuple[bytes, ...]
+
+    @classmethod
+    def ephemeral(cls) -> "Sealer":
+        """A key for this process only (tests, and servers that keep nothing across restarts)."""
+        return cls((AESGCM.generate_key(bit_length=256),))
+
+    def seal(self, purpose: str, payload: dict[str, Any]) -> str:
+        key = self.keys[0]
+        nonce = os.urandom(_NONCE)
+        sealed = AESGCM(key).encrypt(nonce, json.dumps(payload).encode(), purpose.encode())
+        return PREFIX + base64.urlsafe_b64encode(_key_id(key) + nonce + sealed).decode()
+
+    def open(self, purpose: str, value: str) -> dict[str, Any]:
+        if not isinstance(value, str) or not value.startswith(PREFIX):
+            raise SealError("not a value sealed by this server")
+        try:
+            raw = base64.urlsafe_b64decode(value[len(PREFIX):].encode())
+        except (binascii.Error, ValueError):
+            raise SealError("not valid base64") from None
+        key_id, nonce, sealed = raw[:_KEY_ID], raw[_KEY_ID:_KEY_ID + _NONCE], raw[_KEY_ID + _NONCE:]
+        for key in self.keys:
+            if _key_id(key) != key_id or len(nonce) != _NONCE:
+                continue
+            try:
+                payload = json.loads(AESGCM(key).decrypt(nonce, sealed, purpose.encode()))
+            except InvalidTag:
+                break
+            if isinstance(payload, dict):
+                return payload
+        raise SealError("sealed under another key, changed, or meant for another kind of item")
+
+
+def sealer_from(secrets_text: str | None, data_dir: Path) -> Sealer:
+    """Keys from `--reasoning-key` (comma-separated secrets), else a key file made once in the data directory."""
+    if secrets_text:
+        return Sealer(tuple(_derive(secret) for secret in secrets_text.split(",") if secret.strip()))
+    path = data_dir / KEY_FILE
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(secrets.token_hex(32) + "\n")
+        temporary.chmod(0o600)
+        temporary.replace(path)
+    return Sealer((bytes.fromhex(path.read_text().strip()),))
+
+
+def _derive(secret: str) -> bytes:
+    """A 256-bit key from a secret of any length (HKDF-SHA256)."""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                info=b"responses-server reasoning").derive(secret.strip().encode())
+
+
+def _key_id(key: bytes) -> bytes:
+    return hashlib.sha256(key).digest()[:_KEY_ID]
