@@ -148,7 +148,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count))
     except ValueError as exc:
         parser.error(str(exc))
-    sealer = sealer_from(args.reasoning_key, data_dir())
+    try:
+        sealer = sealer_from(args.reasoning_key, data_dir())
+    except ValueError as exc:
+        parser.error(str(exc))
     app = create_app(ServingContext(config=config, engine_factory=engine_factory(args), store=store, sealer=sealer))
     print(f"[responses-server] serving '{config.served_model_name}' on http://{args.host}:{args.port}/v1",
           file=sys.stderr, flush=True)

@@ -72,7 +72,10 @@ class Sealer:
 def sealer_from(secrets_text: str | None, data_dir: Path) -> Sealer:
     """Keys from `--reasoning-key` (comma-separated secrets), else a key file made once in the data directory."""
     if secrets_text:
-        return Sealer(tuple(_derive(secret) for secret in secrets_text.split(",") if secret.strip()))
+        keys = tuple(_derive(secret) for secret in secrets_text.split(",") if secret.strip())
+        if not keys:
+            raise ValueError("--reasoning-key holds no secret")
+        return Sealer(keys)
     path = data_dir / KEY_FILE
     if not path.exists():
         data_dir.mkdir(parents=True, exist_ok=True)

@@ -62,3 +62,8 @@ def test_the_key_file_is_made_once_and_kept(tmp_path: Path) -> None:
     sealed = first.seal("reasoning", PAYLOAD)
     assert (tmp_path / KEY_FILE).stat().st_mode & 0o777 == 0o600
     assert sealer_from(None, tmp_path).open("reasoning", sealed) == PAYLOAD  # as after a restart
+
+
+def test_a_key_setting_with_no_secret_fails_at_start_up(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        sealer_from(" , ", tmp_path)
