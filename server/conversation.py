@@ -14,7 +14,6 @@ from streaming.ids import IdFactory
 
 _ITEMS = TypeAdapter(list[InputItem])
 REASONING_PURPOSE = "reasoning"
-ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 _ID_PREFIX = {
     "message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs",
     "custom_tool_call": "ctc", "custom_tool_call_output": "ctco",

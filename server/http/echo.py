@@ -11,9 +11,11 @@ from pydantic import TypeAdapter, ValidationError
 
 from server.http.requests import ResponsesRequest
 
+# `temperature` and `top_p` are not here: the response echoes the values used (the request's, else the
+# model's defaults), which the route sets.
 _ECHOED = (
-    "instructions", "tool_choice", "parallel_tool_calls", "temperature", "top_p", "max_output_tokens",
-    "metadata", "previous_response_id", "reasoning", "text", "truncation", "store", "background", "user",
+    "instructions", "tool_choice", "parallel_tool_calls", "max_output_tokens", "metadata",
+    "previous_response_id", "reasoning", "text", "truncation", "store", "background", "user",
     "prompt_cache_key", "top_logprobs",
 )
 

@@ -5,14 +5,30 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Union, get_args
 
 from openai.types.responses import ResponseIncludable
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from parsers.tools import NAMESPACE_SEPARATOR
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 KNOWN_INCLUDES = frozenset(get_args(ResponseIncludable))
 # Content the served models cannot read: rejected when the request is read, on every path.
 _UNREADABLE_CONTENT = ("input_image", "input_file", "input_audio")
+# Fields the server cannot honour: a request that sets them is a 400 saying why, never silently served.
+_UNSUPPORTED_FIELDS = {
+    "prompt": "stored prompt templates are not supported by this server; send `instructions` and `input` instead",
+    "conversation": "conversations are not supported by this server yet; use `previous_response_id`",
+    "moderation": "this server runs no moderation; leave `moderation` out",
+}
 
 
 class _Lenient(BaseModel):
@@ -179,9 +195,9 @@ class ResponsesRequest(_Lenient):
     truncation: Literal["auto", "disabled"] | None = None
     user: str | None = None
     prompt_cache_key: str | None = None
-    prompt: Any = None  # stored prompt templates: not supported (rejected when given)
-    conversation: Any = None  # not supported yet (rejected when given)
-    moderation: Any = None  # no moderation runs here (rejected when given, rather than silently skipped)
+    prompt: Any = None  # these three are rejected when given (_UNSUPPORTED_FIELDS)
+    conversation: Any = None
+    moderation: Any = None
 
     @model_validator(mode="before")
     @classmethod
@@ -190,21 +206,10 @@ class ResponsesRequest(_Lenient):
             return {key: value for key, value in data.items() if value is not None}
         return data
 
-    @field_validator("prompt")
+    @field_validator("prompt", "conversation", "moderation")
     @classmethod
-    def _no_prompt_templates(cls, value: Any) -> Any:
-        raise ValueError("stored prompt templates are not supported by this server; send `instructions` and "
-                         "`input` instead")
-
-    @field_validator("conversation")
-    @classmethod
-    def _no_conversations(cls, value: Any) -> Any:
-        raise ValueError("conversations are not supported by this server yet; use `previous_response_id`")
-
-    @field_validator("moderation")
-    @classmethod
-    def _no_moderation(cls, value: Any) -> Any:
-        raise ValueError("this server runs no moderation; leave `moderation` out")
+    def _not_supported(cls, value: Any, info: ValidationInfo) -> Any:
+        raise ValueError(_UNSUPPORTED_FIELDS[info.field_name])
 
     @field_validator("include")
     @classmethod
@@ -230,3 +235,6 @@ class ResponsesRequest(_Lenient):
 
     def wants_logprobs(self) -> bool:
         return LOGPROBS_INCLUDE in (self.include or []) or bool(self.top_logprobs)
+
+    def wants_encrypted_reasoning(self) -> bool:
+        return ENCRYPTED_REASONING_INCLUDE in (self.include or [])

@@ -13,7 +13,6 @@ from sse_starlette import EventSourceResponse
 
 from server.http.context import ServingContext, serving_context
 from server.conversation import (
-    ENCRYPTED_REASONING_INCLUDE,
     open_sealed_reasoning,
     reasoning_sealer,
     stored_input_items,
@@ -151,7 +150,7 @@ def _prepare_run(context: ServingContext, conversation: ResponsesRequest, body: 
         **_sampling_values(body, engine.sampling_defaults),
     )
     settings = response_settings(body, served) | {"temperature": sampling.temperature, "top_p": sampling.top_p}
-    seal = reasoning_sealer(context.sealer) if ENCRYPTED_REASONING_INCLUDE in (body.include or []) else None
+    seal = reasoning_sealer(context.sealer) if body.wants_encrypted_reasoning() else None
     builder = ResponseBuilder(settings, ids=context.ids, clock=context.clock, seal_reasoning=seal)
     return ResponseRun(
         engine=engine,

@@ -26,10 +26,10 @@ class CallCounter:
     capped: bool = False
     _in_call: bool = False
 
-    def cap(self, deltas: list[Any], limit: int | None) -> tuple[list[Any], bool]:
-        """The deltas up to the end of the call that reaches `limit`, and whether it was reached."""
+    def cap(self, deltas: list[Any], limit: int | None) -> list[Any]:
+        """The deltas up to the end of the call that reaches `limit` (then `capped` is set)."""
         if limit is None:
-            return deltas, False
+            return deltas
         for index, delta in enumerate(deltas):
             if isinstance(delta, ToolCallStarted):
                 self._in_call = True
@@ -37,8 +37,8 @@ class CallCounter:
                 self._in_call, self.completed = False, self.completed + 1
                 if self.completed >= limit:
                     self.capped = True
-                    return deltas[:index + 1], True
-        return deltas, False
+                    return deltas[:index + 1]
+        return deltas
 
 
 @dataclass
@@ -71,13 +71,13 @@ class ResponseRun:
                 async for step in steps:
                     self.output_tokens += len(step.token_ids)
                     self.cached_tokens = max(self.cached_tokens, step.cached_tokens)
-                    deltas, capped = self._calls.cap(self._parse(step), self.max_tool_calls)
+                    deltas = self._calls.cap(self._parse(step), self.max_tool_calls)
                     for event in self.builder.feed(deltas):
                         yield event
                     if self.parser.error is not None:  # leaving the loop closes the stream: aborts
                         finished = Finished("error", error_message=self.parser.error)
                         break
-                    if capped:  # the last call allowed has ended: the rest is not wanted (aborted)
+                    if self._calls.capped:  # the last call allowed has ended: the rest is not wanted (aborted)
                         finished = Finished("stop")
                         break
                     if step.finish_reason:
