@@ -23,6 +23,10 @@ from openai.types.responses import (
     ResponseOutputItem,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
+    ResponseReasoningSummaryPartAddedEvent,
+    ResponseReasoningSummaryPartDoneEvent,
+    ResponseReasoningSummaryTextDeltaEvent,
+    ResponseReasoningSummaryTextDoneEvent,
     ResponseReasoningTextDeltaEvent,
     ResponseReasoningTextDoneEvent,
     ResponseRefusalDeltaEvent,
@@ -96,11 +100,16 @@ class ResponseBuilder:
         clock: Clock = time.time,
         response_id: str | None = None,
         seal_reasoning: Callable[[str], str] | None = None,
+        summarize_reasoning: bool = False,
     ) -> None:
-        """`seal_reasoning`, when given, turns a reasoning item's text into its `encrypted_content`."""
+        """`seal_reasoning`, when given, turns a reasoning item's text into its `encrypted_content`.
+
+        With `summarize_reasoning`, reasoning also streams as its own summary (open models have no summarizer).
+        """
         self._ids = ids
         self._clock = clock
         self._seal_reasoning = seal_reasoning
+        self._summarize = summarize_reasoning
         self._state = _State()
         self._template = Response.model_validate(
             {
@@ -245,6 +254,8 @@ class ResponseBuilder:
         events: list[ResponseStreamEvent] = []
         if item.parts:
             events.extend(self._close_part(item, item.parts[-1]))
+        if item.summary is not None:
+            events.extend(self._close_summary(item, item.summary))
         if item.kind == "function_call":
             events.append(self._emit(ResponseFunctionCallArgumentsDoneEvent, type="response.function_call_arguments.done",
                                      item_id=item.id, output_index=item.output_index,
@@ -268,6 +279,8 @@ class ResponseBuilder:
         item = self._state.open_item
         assert item is not None
         events = self._ensure_part(kind)
+        if isinstance(delta, ReasoningText) and self._summarize and item.summary is None:
+            events.append(self._open_summary(item))
         part = item.parts[-1]
         part.chunks.append(delta.text)
         where = dict(item_id=item.id, output_index=item.output_index, content_index=len(item.parts) - 1)
@@ -280,7 +293,32 @@ class ResponseBuilder:
         else:
             events.append(self._emit(ResponseReasoningTextDeltaEvent, type="response.reasoning_text.delta",
                                      delta=delta.text, **where))
+            if self._summarize:
+                events.extend(self._summary_delta(item, delta.text))
         return events
+
+    def _open_summary(self, item: ItemRecord) -> ResponseStreamEvent:
+        """The summary of a reasoning item is its text: one summary part, streamed beside the content."""
+        item.summary = PartRecord("summary_text")
+        return self._emit(ResponseReasoningSummaryPartAddedEvent, type="response.reasoning_summary_part.added",
+                          item_id=item.id, output_index=item.output_index, summary_index=0,
+                          part=part_model(item.summary, ""))
+
+    def _summary_delta(self, item: ItemRecord, text: str) -> list[ResponseStreamEvent]:
+        assert item.summary is not None
+        item.summary.chunks.append(text)
+        return [self._emit(ResponseReasoningSummaryTextDeltaEvent, type="response.reasoning_summary_text.delta",
+                           item_id=item.id, output_index=item.output_index, summary_index=0, delta=text)]
+
+    def _close_summary(self, item: ItemRecord, summary: PartRecord) -> list[ResponseStreamEvent]:
+        text = summary.final_text = "".join(summary.chunks)
+        where = dict(item_id=item.id, output_index=item.output_index, summary_index=0)
+        return [
+            self._emit(ResponseReasoningSummaryTextDoneEvent, type="response.reasoning_summary_text.done",
+                       text=text, **where),
+            self._emit(ResponseReasoningSummaryPartDoneEvent, type="response.reasoning_summary_part.done",
+                       part=part_model(summary, text), **where),
+        ]
 
     def _ensure_part(self, kind: PartKind) -> list[ResponseStreamEvent]:
         """Open a content part of this kind in the open item unless the last part is one."""

@@ -18,7 +18,7 @@ from openai.types.responses.response_usage import InputTokensDetails, OutputToke
 from parsers.deltas import Finished, TokenLogprob
 
 ItemKind = Literal["message", "reasoning", "function_call", "custom_tool_call"]
-PartKind = Literal["output_text", "refusal", "reasoning_text"]
+PartKind = Literal["output_text", "refusal", "reasoning_text", "summary_text"]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
 
@@ -44,6 +44,7 @@ class ItemRecord:
     call_id: str = ""
     namespace: str | None = None
     arguments: list[str] = field(default_factory=list)
+    summary: PartRecord | None = None  # a reasoning item's summary, when one is asked for
 
 
 def item_model(item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
@@ -51,8 +52,10 @@ def item_model(item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
         content = [part_model(p, p.final_text) for p in item.parts] if status != "in_progress" else []
         return ResponseOutputMessage(type="message", id=item.id, role="assistant", status=status, content=content)
     if item.kind == "reasoning":
-        content = [part_model(p, p.final_text) for p in item.parts] if status != "in_progress" else []
-        return ResponseReasoningItem(type="reasoning", id=item.id, summary=[], content=content, status=status)
+        done = status != "in_progress"
+        content = [part_model(p, p.final_text) for p in item.parts] if done else []
+        summary = [part_model(item.summary, item.summary.final_text)] if done and item.summary else []
+        return ResponseReasoningItem(type="reasoning", id=item.id, summary=summary, content=content, status=status)
     arguments = "".join(item.arguments) if status != "in_progress" else ""
     extra = {"namespace": item.namespace} if item.namespace else {}
     if item.kind == "function_call":
@@ -71,7 +74,7 @@ def part_model(part: PartRecord, text: str | None) -> dict[str, Any]:
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
     if part.kind == "refusal":
         return {"type": "refusal", "refusal": text}
-    return {"type": "reasoning_text", "text": text}
+    return {"type": part.kind, "text": text}
 
 
 def delta_logprob(lp: TokenLogprob) -> dict[str, Any]:

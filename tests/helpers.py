@@ -11,9 +11,10 @@ from streaming.ids import counting_ids
 
 
 def build_events(deltas: Iterable[Delta], finished: Finished, settings: dict[str, Any] | None = None,
-                 batches: list[list[Delta]] | None = None) -> list[dict[str, Any]]:
+                 batches: list[list[Delta]] | None = None, summarize: bool = False) -> list[dict[str, Any]]:
     """All events (as wire JSON objects) of a builder fed `deltas` (or the given batches), then finished."""
-    builder = ResponseBuilder(settings or {"model": "test-model"}, ids=counting_ids(), clock=lambda: 1_700_000_000)
+    builder = ResponseBuilder(settings or {"model": "test-model"}, ids=counting_ids(), clock=lambda: 1_700_000_000,
+                              summarize_reasoning=summarize)
     events = builder.start()
     for batch in batches if batches is not None else [list(deltas)]:
         events += builder.feed(batch)
@@ -22,12 +23,20 @@ def build_events(deltas: Iterable[Delta], finished: Finished, settings: dict[str
 
 
 def collapsed_types(events: list[dict[str, Any]]) -> list[str]:
-    """Event types with runs of the same delta type merged (chunking changes how many deltas there are)."""
+    """Event types with each run of deltas kept once per type (chunking changes how many deltas there are).
+
+    A run is the deltas between two other events: reasoning with a summary alternates two delta types.
+    """
     types: list[str] = []
+    run: set[str] = set()
     for event in events:
         kind = event["type"]
-        if kind.endswith(".delta") and types and types[-1] == kind:
+        if not kind.endswith(".delta"):
+            run = set()
+        elif kind in run:
             continue
+        else:
+            run.add(kind)
         types.append(kind)
     return types
 

@@ -116,6 +116,37 @@ def test_settings_are_echoed_in_every_response_snapshot() -> None:
         assert {k: event["response"][k] for k in settings} == settings
 
 
+def test_a_summary_asked_for_streams_the_reasoning_as_its_summary() -> None:
+    deltas = [ReasoningText("Paris is "), ReasoningText("the capital."), OutputText("Paris.")]
+    events = build_events(deltas, Finished("stop"), summarize=True)
+    validate_events(events)
+    reasoning = [e["type"] for e in events if e.get("output_index") == 0]
+    assert reasoning == [
+        "response.output_item.added", "response.content_part.added", "response.reasoning_summary_part.added",
+        "response.reasoning_text.delta", "response.reasoning_summary_text.delta",
+        "response.reasoning_text.delta", "response.reasoning_summary_text.delta",
+        "response.reasoning_text.done", "response.content_part.done",
+        "response.reasoning_summary_text.done", "response.reasoning_summary_part.done", "response.output_item.done"]
+    item = events[-1]["response"]["output"][0]
+    assert item["summary"] == [{"type": "summary_text", "text": "Paris is the capital."}]
+    assert item["content"] == [{"type": "reasoning_text", "text": "Paris is the capital."}]
+
+
+def test_without_a_summary_asked_for_there_is_none() -> None:
+    events = build_events([ReasoningText("hmm"), OutputText("x")], Finished("stop"))
+    assert not [e for e in events if "summary" in e["type"]]
+    assert events[-1]["response"]["output"][0]["summary"] == []
+
+
+def test_validator_catches_a_summary_that_differs_from_its_deltas() -> None:
+    events = build_events([ReasoningText("abc")], Finished("stop"), summarize=True)
+    broken = [dict(e) for e in events]
+    done = next(e for e in broken if e["type"] == "response.reasoning_summary_text.done")
+    done["text"] = "abd"
+    with pytest.raises(ContractViolation):
+        validate_events(broken)
+
+
 def test_arguments_without_open_tool_call_are_rejected() -> None:
     with pytest.raises(RuntimeError):
         build_events([OutputText("x"), ToolCallArguments("{}")], Finished("stop"))
@@ -181,14 +212,15 @@ def _batches(deltas: list[Delta], sizes: list[int]) -> list[list[Delta]]:
     splits=st.lists(st.integers(0, 50), max_size=40),
     sizes=st.lists(st.integers(0, 4), max_size=20),
     reason=st.sampled_from(["stop", "length", "error"]),
+    summarize=st.booleans(),
 )
 def test_any_chunking_gives_the_same_stream_and_response(
-    segments: list[tuple[str, Any]], splits: list[int], sizes: list[int], reason: str
+    segments: list[tuple[str, Any]], splits: list[int], sizes: list[int], reason: str, summarize: bool
 ) -> None:
     finished = Finished(reason, Usage(7, 0, 5, 1))  # type: ignore[arg-type]
-    whole = build_events(_deltas(segments, []), finished)
+    whole = build_events(_deltas(segments, []), finished, summarize=summarize)
     chunked_deltas = _deltas(segments, splits)
-    chunked = build_events([], finished, batches=_batches(chunked_deltas, sizes))
+    chunked = build_events([], finished, batches=_batches(chunked_deltas, sizes), summarize=summarize)
     assert validate_events(whole) and validate_events(chunked)
     assert collapsed_types(chunked) == collapsed_types(whole)
     assert chunked[-1]["response"] == whole[-1]["response"]

@@ -382,3 +382,18 @@ def test_tampered_reasoning_is_a_400(harmony: Harness, tamper: str) -> None:
         assert response.status_code == 400, response.text
         error = response.json()["error"]
         assert error["code"] == "invalid_encrypted_content" and error["param"] == "input[1].encrypted_content"
+
+
+def test_a_reasoning_summary_asked_for_is_the_analysis_streamed_as_summary(harmony: Harness) -> None:
+    harmony.play(steps_from_tokens(CALLS_WITH_PREAMBLE, cuts=[3, 9, 17]))
+    with harmony.client.responses.stream(model=MODEL, input="Weather in Paris and Rome?", tools=TOOLS,
+                                         reasoning={"effort": "low", "summary": "auto"}) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert "response.reasoning_summary_text.delta" in kinds
+    reasoning = next(item for item in final.output if item.type == "reasoning")
+    assert [part.text for part in reasoning.summary] == ["Need weather for two cities."]
+    harmony.play(steps_from_tokens(CALLS_WITH_PREAMBLE, cuts=[5]))
+    events = stream(harmony, tools=TOOLS, reasoning={"summary": "concise"})
+    validate_events(events)
+    assert any(event["type"] == "response.reasoning_summary_part.done" for event in events)

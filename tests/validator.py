@@ -43,6 +43,10 @@ class _OpenItem:
     part_done_value: str | None = None
     tool_text: list[str] = field(default_factory=list)
     tool_done: bool = False
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    summary_open: bool = False
+    summary_text: list[str] = field(default_factory=list)
+    summary_done_value: str | None = None
 
 
 def _check(condition: bool, message: str) -> None:
@@ -129,6 +133,8 @@ def _part_or_tool_event(current: _OpenItem, kind: str, event: dict[str, Any]) ->
         _check(part[value_field] == current.part_done_value, "content_part.done carries another value")
         current.parts[-1] = part
         current.part_open = False
+    elif kind.startswith("response.reasoning_summary_"):
+        _summary_event(current, kind, event)
     elif kind in _TOOL_DELTAS:
         _check(current.item["type"] == _TOOL_DELTAS[kind][0], f"{kind} for a {current.item['type']} item")
         _check(not current.tool_done, f"{kind} after the done event")
@@ -144,6 +150,34 @@ def _part_or_tool_event(current: _OpenItem, kind: str, event: dict[str, Any]) ->
         raise ContractViolation(f"unexpected event {kind} inside an item")
 
 
+def _summary_event(current: _OpenItem, kind: str, event: dict[str, Any]) -> None:
+    """A reasoning item's summary parts: added, text deltas, text done (their concatenation), part done."""
+    _check(current.item["type"] == "reasoning", f"{kind} in a {current.item['type']} item")
+    if kind == "response.reasoning_summary_part.added":
+        _check(not current.summary_open, "a summary part was added while another is open")
+        _check(event["summary_index"] == len(current.summaries), "summary_index is not next")
+        _check(event["part"] == {"type": "summary_text", "text": ""}, "an added summary part is empty")
+        current.summary_open, current.summary_text, current.summary_done_value = True, [], None
+        current.summaries.append(event["part"])
+        return
+    _check(current.summary_open, f"{kind} outside an open summary part")
+    _check(event["summary_index"] == len(current.summaries) - 1, f"{kind} for the wrong summary_index")
+    if kind == "response.reasoning_summary_text.delta":
+        _check(current.summary_done_value is None, "summary text after its done event")
+        current.summary_text.append(event["delta"])
+    elif kind == "response.reasoning_summary_text.done":
+        _check(event["text"] == "".join(current.summary_text), f"{kind} differs from its concatenated deltas")
+        current.summary_done_value = event["text"]
+    elif kind == "response.reasoning_summary_part.done":
+        _check(current.summary_done_value is not None, "summary_part.done before summary_text.done")
+        _check(event["part"] == {"type": "summary_text", "text": current.summary_done_value},
+               "summary_part.done carries another text")
+        current.summaries[-1] = event["part"]
+        current.summary_open = False
+    else:
+        raise ContractViolation(f"unexpected event {kind}")
+
+
 def _close_item(current: _OpenItem, item: dict[str, Any]) -> None:
     added = current.item
     _check(item["id"] == added["id"] and item["type"] == added["type"], "output_item.done changed the item identity")
@@ -153,7 +187,8 @@ def _close_item(current: _OpenItem, item: dict[str, Any]) -> None:
     if item["type"] in ("message", "reasoning"):
         _check(item.get("content") == current.parts, "the done item's content differs from its done parts")
     if item["type"] == "reasoning":
-        _check(isinstance(item.get("summary"), list), "a reasoning item has a summary list")
+        _check(not current.summary_open, "output_item.done while a summary part is open")
+        _check(item.get("summary") == current.summaries, "the done item's summary differs from its done summary parts")
     for tool_type, value_field in _TOOL_DONES.values():
         if item["type"] == tool_type:
             _check(current.tool_done, f"{tool_type} closed without its done event")

@@ -238,3 +238,8 @@ class ResponsesRequest(_Lenient):
 
     def wants_encrypted_reasoning(self) -> bool:
         return ENCRYPTED_REASONING_INCLUDE in (self.include or [])
+
+    def wants_reasoning_summary(self) -> bool:
+        """`reasoning.summary` (or the older `generate_summary`) set to auto, concise or detailed."""
+        reasoning = self.reasoning or {}
+        return (reasoning.get("summary") or reasoning.get("generate_summary")) in ("auto", "concise", "detailed")

@@ -151,7 +151,8 @@ def _prepare_run(context: ServingContext, conversation: ResponsesRequest, body: 
     )
     settings = response_settings(body, served) | {"temperature": sampling.temperature, "top_p": sampling.top_p}
     seal = reasoning_sealer(context.sealer) if body.wants_encrypted_reasoning() else None
-    builder = ResponseBuilder(settings, ids=context.ids, clock=context.clock, seal_reasoning=seal)
+    builder = ResponseBuilder(settings, ids=context.ids, clock=context.clock, seal_reasoning=seal,
+                              summarize_reasoning=body.wants_reasoning_summary())
     return ResponseRun(
         engine=engine,
         request=EngineRequest(builder.response_id, prompt, sampling),
