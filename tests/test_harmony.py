@@ -387,9 +387,9 @@ def test_tampered_reasoning_is_a_400(harmony: Harness, tamper: str) -> None:
 def test_a_reasoning_summary_asked_for_is_the_analysis_streamed_as_summary(harmony: Harness) -> None:
     harmony.play(steps_from_tokens(CALLS_WITH_PREAMBLE, cuts=[3, 9, 17]))
     with harmony.client.responses.stream(model=MODEL, input="Weather in Paris and Rome?", tools=TOOLS,
-                                         reasoning={"effort": "low", "summary": "auto"}) as stream:
-        kinds = [event.type for event in stream]
-        final = stream.get_final_response()
+                                         reasoning={"effort": "low", "summary": "auto"}) as sdk_stream:
+        kinds = [event.type for event in sdk_stream]
+        final = sdk_stream.get_final_response()
     assert "response.reasoning_summary_text.delta" in kinds
     reasoning = next(item for item in final.output if item.type == "reasoning")
     assert [part.text for part in reasoning.summary] == ["Need weather for two cities."]
