@@ -1,12 +1,13 @@
-"""Conversation state: input items as stored (with ids) and the history behind `previous_response_id`."""
+"""Conversation state: input items as stored (with ids), and the history behind `previous_response_id` or a
+`conversation`."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
-from server.http.errors import APIError
+from server.http.errors import APIError, from_validation_error
 from server.http.requests import ContentPart, InputItem, MessageItem, ReasoningItem, ResponsesRequest
 from server.sealing import SealError, Sealer
 from server.store.interface import ResponseStore
@@ -22,7 +23,20 @@ _ID_PREFIX = {
 
 def stored_input_items(request: ResponsesRequest, ids: IdFactory) -> list[dict[str, Any]]:
     """This request's input items in the shape the API lists them (each with an id, content as parts)."""
-    return [_stored_item(item, ids) for item in request.input_items()]
+    return stored_items(request.input_items(), ids)
+
+
+def stored_items(items: list[Any], ids: IdFactory) -> list[dict[str, Any]]:
+    """Validated input items in the shape the API lists them (each with an id, content as parts)."""
+    return [_stored_item(item, ids) for item in items]
+
+
+def validated_items(raw: Any) -> list[Any]:
+    """Input items as a client sends them, validated (a 400 naming the item on error)."""
+    try:
+        return _ITEMS.validate_python(raw)
+    except ValidationError as exc:
+        raise from_validation_error(exc, prefix="items") from None
 
 
 def _stored_item(item: Any, ids: IdFactory) -> dict[str, Any]:
@@ -46,6 +60,8 @@ async def with_history(request: ResponsesRequest, store: ResponseStore | None) -
 
     Instructions are not inherited (as in OpenAI's API): only this request's apply.
     """
+    if request.conversation is not None:
+        return await _with_conversation(request, store)
     if request.previous_response_id is None:
         return request
     chain = []
@@ -62,6 +78,17 @@ async def with_history(request: ResponsesRequest, store: ResponseStore | None) -
         history += record.input_items + list(record.response.get("output") or [])
     items = _ITEMS.validate_python(history) + request.input_items()
     return request.model_copy(update={"input": items})
+
+
+async def _with_conversation(request: ResponsesRequest, store: ResponseStore | None) -> ResponsesRequest:
+    """The conversation's items, oldest first, before this request's input."""
+    if request.previous_response_id is not None:
+        raise APIError("conversation and previous_response_id cannot be used together.", param="conversation")
+    assert request.conversation is not None
+    if store is None or await store.get_conversation(request.conversation) is None:
+        raise APIError(f"Conversation with id '{request.conversation}' not found.", status=404, param="conversation")
+    history, _ = await store.conversation_items(request.conversation, None, None, "asc")
+    return request.model_copy(update={"input": _ITEMS.validate_python(history) + request.input_items()})
 
 
 def open_sealed_reasoning(request: ResponsesRequest, sealer: Sealer) -> ResponsesRequest:

@@ -165,7 +165,7 @@ REQUEST_ERRORS = [
      "text.format.schema"),
     ("unknown include", {"input": "x", "include": ["reasoning.plaintext"]}, "include"),
     ("stored prompt", {"input": "x", "prompt": {"id": "pmpt_1"}}, "prompt"),
-    ("conversation", {"input": "x", "conversation": "conv_1"}, "conversation"),
+    ("conversation not an id", {"input": "x", "conversation": 5}, "conversation"),
     ("moderation", {"input": "x", "moderation": {"model": "omni-moderation-latest"}}, "moderation"),
     ("no input", {}, "input"),
     ("empty input list", {"input": []}, "input"),

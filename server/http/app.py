@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from server.http import errors
 from server.http.context import ServingContext
+from server.http.conversation_routes import router as conversation_router
 from server.http.routes import router
 from server.http.stored_routes import router as stored_router
 
@@ -35,4 +36,5 @@ def create_app(context: ServingContext) -> FastAPI:
     errors.install(app)
     app.include_router(router)
     app.include_router(stored_router)
+    app.include_router(conversation_router)
     return app

@@ -65,3 +65,12 @@ def _warm_up(model: str, path: ModelPath) -> None:
 def serving_context(request: Request) -> ServingContext:
     """The context of the app serving `request`."""
     return request.app.state.context
+
+
+def authorized_store(request: Request) -> ResponseStore:
+    """The store, for routes over stored state: the API key is checked, and a server without a store is a 404."""
+    context = serving_context(request)
+    context.check_api_key(request.headers.get("authorization"))
+    if context.store is None:
+        raise APIError("This server stores nothing (started with --store none).", status=404)
+    return context.store

@@ -31,6 +31,8 @@ _TOOL = TypeAdapter(Tool)
 def response_settings(request: ResponsesRequest, model: str) -> dict[str, Any]:
     """Fields for the Response template; a value the SDK's types would reject is left out, not failed on."""
     settings: dict[str, Any] = {"model": model, "tools": [t for t in request.tools if _valid_tool(t)]}
+    if request.conversation is not None:
+        settings["conversation"] = {"id": request.conversation}
     for field in _ECHOED:
         value = getattr(request, field, None)
         if value is None or field not in Response.model_fields:

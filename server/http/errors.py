@@ -38,10 +38,13 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
-def from_validation_error(exc: ValidationError | RequestValidationError) -> APIError:
-    """The most specific problem pydantic found, with its location as `param` (e.g. `input[0].content`)."""
+def from_validation_error(exc: ValidationError | RequestValidationError, prefix: str = "") -> APIError:
+    """The most specific problem pydantic found, with its location as `param` (e.g. `input[0].content`).
+
+    `prefix` names the field that was validated on its own (`items` -> `items[0].role`).
+    """
     first = max(exc.errors(), key=lambda error: len(error.get("loc", ())))
-    param = _param_path(first.get("loc", ()))
+    param = _param_path((prefix, *first.get("loc", ())) if prefix else first.get("loc", ()))
     message = first.get("msg", "Invalid request")
     return APIError(f"Invalid value for '{param}': {message}" if param else message, param=param or None)
 

@@ -26,7 +26,6 @@ _UNREADABLE_CONTENT = ("input_image", "input_file", "input_audio")
 # Fields the server cannot honour: a request that sets them is a 400 saying why, never silently served.
 _UNSUPPORTED_FIELDS = {
     "prompt": "stored prompt templates are not supported by this server; send `instructions` and `input` instead",
-    "conversation": "conversations are not supported by this server yet; use `previous_response_id`",
     "moderation": "this server runs no moderation; leave `moderation` out",
 }
 
@@ -195,8 +194,8 @@ class ResponsesRequest(_Lenient):
     truncation: Literal["auto", "disabled"] | None = None
     user: str | None = None
     prompt_cache_key: str | None = None
-    prompt: Any = None  # these three are rejected when given (_UNSUPPORTED_FIELDS)
-    conversation: Any = None
+    conversation: str | None = None  # a conversation id (sent as "conv_..." or {"id": "conv_..."})
+    prompt: Any = None  # these two are rejected when given (_UNSUPPORTED_FIELDS)
     moderation: Any = None
 
     @model_validator(mode="before")
@@ -206,7 +205,12 @@ class ResponsesRequest(_Lenient):
             return {key: value for key, value in data.items() if value is not None}
         return data
 
-    @field_validator("prompt", "conversation", "moderation")
+    @field_validator("conversation", mode="before")
+    @classmethod
+    def _conversation_id(cls, value: Any) -> Any:
+        return value.get("id") if isinstance(value, dict) else value
+
+    @field_validator("prompt", "moderation")
     @classmethod
     def _not_supported(cls, value: Any, info: ValidationInfo) -> Any:
         raise ValueError(_UNSUPPORTED_FIELDS[info.field_name])

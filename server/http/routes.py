@@ -23,7 +23,7 @@ from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, Sampli
 from server.http.echo import response_settings
 from server.http.errors import APIError, from_validation_error
 from server.runs.generation import ResponseRun
-from server.runs.persistence import StoredRun
+from server.runs.persistence import ConversationLink, StoredRun
 from server.http.requests import ResponsesRequest
 from server.paths.chat_template import tool_definitions
 from server.truncation import render_to_fit
@@ -99,11 +99,12 @@ async def _prepare_stored_run(context: ServingContext, body: ResponsesRequest) -
     if body.background and store is None:
         raise APIError("Background responses must be stored (store: true, and a server with a store).",
                        param="background")
-    input_items = stored_input_items(body, context.ids) if store is not None else []
     run = _prepare_run(context, await _conversation(context, body), body)
+    link = ConversationLink(context.store, body.conversation) if body.conversation and context.store else None
+    input_items = stored_input_items(body, context.ids) if store is not None or link is not None else []
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
     return StoredRun(run, store, input_items, body.previous_response_id, keep_event_log=keep_log,
-                     background=body.background)
+                     background=body.background, conversation=link)
 
 
 async def _conversation(context: ServingContext, body: ResponsesRequest) -> ResponsesRequest:

@@ -8,20 +8,12 @@ from typing import Any, AsyncIterator, Literal
 from fastapi import APIRouter, Query, Request
 from sse_starlette import EventSourceResponse
 
-from server.http.context import serving_context
+from server.http.context import authorized_store, serving_context
 from server.http.errors import APIError
 from server.store.interface import ResponseStore, StoredResponse
 from streaming.sse import SEPARATOR, keepalive_comment, stored_frames
 
 router = APIRouter()
-
-
-def _store(request: Request) -> ResponseStore:
-    context = serving_context(request)
-    context.check_api_key(request.headers.get("authorization"))
-    if context.store is None:
-        raise APIError("This server stores no responses (started with --store none).", status=404)
-    return context.store
 
 
 async def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
@@ -35,7 +27,7 @@ async def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
 @router.get("/v1/responses/{response_id}")
 async def retrieve_response(request: Request, response_id: str, stream: bool = False,
                             starting_after: int = Query(default=-1, ge=-1)) -> Any:
-    store = _store(request)
+    store = authorized_store(request)
     live = serving_context(request).background.get(response_id)
     if live is not None:  # still generating in the background: its live state
         if stream:
@@ -59,7 +51,7 @@ async def _each(events: list[str]) -> AsyncIterator[str]:
 
 @router.post("/v1/responses/{response_id}/cancel")
 async def cancel_response(request: Request, response_id: str) -> Any:
-    store = _store(request)
+    store = authorized_store(request)
     live = await serving_context(request).background.cancel(response_id)
     if live is not None:
         return _json(live.stored.run.builder.response())
@@ -75,7 +67,7 @@ def _json(response: Any) -> Any:
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(request: Request, response_id: str) -> dict[str, Any]:
-    store = _store(request)
+    store = authorized_store(request)
     if not await store.delete(response_id):
         raise APIError(f"Response with id '{response_id}' not found.", status=404, param="response_id")
     return {"id": response_id, "object": "response", "deleted": True}
@@ -85,8 +77,12 @@ async def delete_response(request: Request, response_id: str) -> dict[str, Any]:
 async def list_input_items(request: Request, response_id: str, after: str | None = None,
                            limit: int = Query(default=20, ge=1, le=100),
                            order: Literal["asc", "desc"] = "desc") -> dict[str, Any]:
-    store = _store(request)
+    store = authorized_store(request)
     await _stored(store, response_id)
-    items, has_more = await store.input_items(response_id, after, limit, order)
+    return list_page(*await store.input_items(response_id, after, limit, order))
+
+
+def list_page(items: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    """A page of items in the API's list shape."""
     return {"object": "list", "data": items, "has_more": has_more,
             "first_id": items[0]["id"] if items else None, "last_id": items[-1]["id"] if items else None}

@@ -1,4 +1,5 @@
-"""Storing a response as it finishes: the final response and its event log, saved before the terminal event leaves."""
+"""Storing a response as it finishes: the final response and its event log, saved before the terminal event leaves;
+and its input and output added to its conversation."""
 
 from __future__ import annotations
 
@@ -11,6 +12,16 @@ from server.runs.generation import ResponseRun
 from server.store.interface import ResponseStore, StoredResponse
 from streaming.sse import event_json
 
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+@dataclass(frozen=True)
+class ConversationLink:
+    """The conversation a response adds its input and output items to when it ends."""
+
+    store: ResponseStore
+    conversation_id: str
+
 
 @dataclass
 class StoredRun:
@@ -22,6 +33,7 @@ class StoredRun:
     previous_response_id: str | None = None
     keep_event_log: bool = True
     background: bool = False
+    conversation: ConversationLink | None = None
     _log: list[str] = field(default_factory=list)  # the events' JSON so far, when kept
 
     async def events(self) -> AsyncIterator[tuple[ResponseStreamEvent, str]]:
@@ -30,9 +42,18 @@ class StoredRun:
             data = event_json(event)
             if self.keep_event_log:
                 self._log.append(data)
-            if self.run.builder.finished and self.store is not None:
-                await self.save(self._log)  # before the client can see the end and ask for the response
+            if event.type in TERMINAL_EVENTS:
+                await self._finish()  # before the client can see the end and ask for the response
             yield event, data
+
+    async def _finish(self) -> None:
+        if self.store is not None:
+            await self.save(self._log)
+        response = self.run.builder.response()
+        if self.conversation is not None and response.status in ("completed", "incomplete"):
+            output = [item.model_dump(mode="json", by_alias=True, exclude_unset=True) for item in response.output]
+            await self.conversation.store.add_conversation_items(self.conversation.conversation_id,
+                                                                 self.input_items + output)
 
     async def cancelled(self) -> list[tuple[ResponseStreamEvent, str]]:
         """After the run's iteration was cancelled: its terminal event, saved (status `cancelled`)."""

@@ -1,4 +1,4 @@
-"""The response store's interface: stored responses with their input items and event logs.
+"""The response store's interface: stored responses with their input items and event logs, and conversations.
 
 It is async and small, so a shared backend for several replicas can stand behind it.
 """
@@ -25,6 +25,15 @@ class StoredResponse:
 
 
 @dataclass(frozen=True)
+class StoredConversation:
+    """A conversation's own fields; its items are read page by page."""
+
+    id: str
+    created_at: int
+    metadata: dict[str, str]
+
+
+@dataclass(frozen=True)
 class RetentionPolicy:
     """Stored responses older than `max_age_seconds`, or beyond the newest `max_count`, are deleted."""
 
@@ -47,5 +56,28 @@ class ResponseStore(Protocol):
                           order: Order) -> tuple[list[dict[str, Any]], bool]: ...
 
     async def mark_interrupted(self, message: str) -> int: ...
+
+    # -- conversations: items appended in order, each with an id ------------------------------
+
+    async def create_conversation(self, conversation: StoredConversation, items: list[dict[str, Any]]) -> None: ...
+
+    async def get_conversation(self, conversation_id: str) -> StoredConversation | None: ...
+
+    async def update_conversation(self, conversation_id: str, metadata: dict[str, str]) -> StoredConversation | None: ...
+
+    async def delete_conversation(self, conversation_id: str) -> bool: ...
+
+    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]]) -> bool:
+        """Append items; False if the conversation does not exist."""
+        ...
+
+    async def conversation_items(self, conversation_id: str, after: str | None, limit: int | None,
+                                 order: Order) -> tuple[list[dict[str, Any]], bool]:
+        """A page of items (`limit` None: all of them) and whether more follow."""
+        ...
+
+    async def conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None: ...
+
+    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool: ...
 
     async def close(self) -> None: ...

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from server.store.interface import Order, RetentionPolicy, StoredResponse
+from server.store.interface import Order, RetentionPolicy, StoredConversation, StoredResponse
 
 T = TypeVar("T")
 
@@ -37,6 +37,19 @@ CREATE TABLE IF NOT EXISTS events (
     PRIMARY KEY (response_id, sequence_number)
 );
 CREATE INDEX IF NOT EXISTS responses_by_age ON responses(created_at);
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    created_at INTEGER NOT NULL,
+    metadata TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS conversation_items (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    item_id TEXT NOT NULL,
+    item TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, position)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS conversation_items_by_id ON conversation_items(conversation_id, item_id);
 """
 
 
@@ -106,19 +119,7 @@ class SqliteStore:
 
     async def input_items(self, response_id: str, after: str | None, limit: int,
                           order: Order) -> tuple[list[dict[str, Any]], bool]:
-        def read(db: sqlite3.Connection) -> tuple[list[dict[str, Any]], bool]:
-            direction, compare = ("ASC", ">") if order == "asc" else ("DESC", "<")
-            start = ""
-            parameters: list[Any] = [response_id]
-            if after is not None:
-                start = (f" AND position {compare} (SELECT position FROM input_items "
-                         "WHERE response_id = ? AND item_id = ?)")
-                parameters += [response_id, after]
-            rows = db.execute(f"SELECT item FROM input_items WHERE response_id = ?{start} "
-                              f"ORDER BY position {direction} LIMIT ?", (*parameters, limit + 1)).fetchall()
-            return [json.loads(item) for (item,) in rows[:limit]], len(rows) > limit
-
-        return await self._run(read)
+        return await self._run(lambda db: _page(db, "input_items", "response_id", response_id, after, limit, order))
 
     async def mark_interrupted(self, message: str) -> int:
         """On start-up: responses that were running when the server stopped are failed, with why."""
@@ -133,6 +134,56 @@ class SqliteStore:
             return len(rows)
 
         return await self._run(mark)
+
+    async def create_conversation(self, conversation: StoredConversation, items: list[dict[str, Any]]) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            db.execute("INSERT INTO conversations (id, created_at, metadata) VALUES (?, ?, ?)",
+                       (conversation.id, conversation.created_at, json.dumps(conversation.metadata)))
+            _append(db, conversation.id, items)
+
+        await self._run(write)
+
+    async def get_conversation(self, conversation_id: str) -> StoredConversation | None:
+        def read(db: sqlite3.Connection) -> StoredConversation | None:
+            row = db.execute("SELECT id, created_at, metadata FROM conversations WHERE id = ?",
+                             (conversation_id,)).fetchone()
+            return StoredConversation(row[0], row[1], json.loads(row[2])) if row else None
+
+        return await self._run(read)
+
+    async def update_conversation(self, conversation_id: str, metadata: dict[str, str]) -> StoredConversation | None:
+        await self._run(lambda db: db.execute("UPDATE conversations SET metadata = ? WHERE id = ?",
+                                              (json.dumps(metadata), conversation_id)))
+        return await self.get_conversation(conversation_id)
+
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        return await self._run(lambda db: db.execute(
+            "DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0)
+
+    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]]) -> bool:
+        def write(db: sqlite3.Connection) -> bool:
+            if db.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)).fetchone() is None:
+                return False
+            _append(db, conversation_id, items)
+            return True
+
+        return await self._run(write)
+
+    async def conversation_items(self, conversation_id: str, after: str | None, limit: int | None,
+                                 order: Order) -> tuple[list[dict[str, Any]], bool]:
+        return await self._run(lambda db: _page(db, "conversation_items", "conversation_id", conversation_id,
+                                                after, limit, order))
+
+    async def conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None:
+        row = await self._run(lambda db: db.execute(
+            "SELECT item FROM conversation_items WHERE conversation_id = ? AND item_id = ?",
+            (conversation_id, item_id)).fetchone())
+        return json.loads(row[0]) if row else None
+
+    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
+        return await self._run(lambda db: db.execute(
+            "DELETE FROM conversation_items WHERE conversation_id = ? AND item_id = ?",
+            (conversation_id, item_id)).rowcount > 0)
 
     def _enforce_retention(self, db: sqlite3.Connection) -> None:
         if self.retention.max_age_seconds is not None:
@@ -150,6 +201,29 @@ class SqliteStore:
             self._connection.close()
             self._connection = None
         self._executor.shutdown(wait=True)
+
+
+def _append(db: sqlite3.Connection, conversation_id: str, items: list[dict[str, Any]]) -> None:
+    """Items after the last; an item whose id the conversation already holds is not added twice."""
+    (last,) = db.execute("SELECT COALESCE(MAX(position), -1) FROM conversation_items WHERE conversation_id = ?",
+                         (conversation_id,)).fetchone()
+    db.executemany("INSERT OR IGNORE INTO conversation_items (conversation_id, position, item_id, item) VALUES (?, ?, ?, ?)",
+                   [(conversation_id, last + 1 + n, item["id"], json.dumps(item)) for n, item in enumerate(items)])
+
+
+def _page(db: sqlite3.Connection, table: str, owner_column: str, owner: str, after: str | None, limit: int | None,
+          order: Order) -> tuple[list[dict[str, Any]], bool]:
+    """Items of one owner in position order, after the item `after`; `limit` None reads them all."""
+    direction, compare = ("ASC", ">") if order == "asc" else ("DESC", "<")
+    start = ""
+    parameters: list[Any] = [owner]
+    if after is not None:
+        start = f" AND position {compare} (SELECT position FROM {table} WHERE {owner_column} = ? AND item_id = ?)"
+        parameters += [owner, after]
+    rows = db.execute(f"SELECT item FROM {table} WHERE {owner_column} = ?{start} ORDER BY position {direction} "
+                      "LIMIT ?", (*parameters, -1 if limit is None else limit + 1)).fetchall()
+    cut = len(rows) if limit is None else limit
+    return [json.loads(item) for (item,) in rows[:cut]], len(rows) > cut
 
 
 def _sequence_number(event: str) -> int:
