@@ -3,21 +3,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from server.http.errors import APIError, from_validation_error
-from server.http.requests import ContentPart, InputItem, MessageItem, ReasoningItem, ResponsesRequest
-from server.sealing import SealError, Sealer
+from server.http.requests import InputItem, MessageItem, ResponsesRequest
 from server.store.interface import ResponseStore
 from streaming.ids import IdFactory
 
 _ITEMS = TypeAdapter(list[InputItem])
-REASONING_PURPOSE = "reasoning"
 _ID_PREFIX = {
     "message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs",
-    "custom_tool_call": "ctc", "custom_tool_call_output": "ctco",
+    "custom_tool_call": "ctc", "custom_tool_call_output": "ctco", "compaction": "cmp",
 }
 
 
@@ -89,32 +87,3 @@ async def _with_conversation(request: ResponsesRequest, store: ResponseStore | N
         raise APIError(f"Conversation with id '{request.conversation}' not found.", status=404, param="conversation")
     history, _ = await store.conversation_items(request.conversation, None, None, "asc")
     return request.model_copy(update={"input": _ITEMS.validate_python(history) + request.input_items()})
-
-
-def open_sealed_reasoning(request: ResponsesRequest, sealer: Sealer) -> ResponsesRequest:
-    """The request with each sealed reasoning item's text restored (a client may have stripped the plaintext).
-
-    A value that does not open is a 400 `invalid_encrypted_content`, naming the item.
-    """
-    items = request.input_items()
-    if not any(isinstance(item, ReasoningItem) and item.encrypted_content for item in items):
-        return request
-    opened = []
-    for index, item in enumerate(items):
-        if isinstance(item, ReasoningItem) and item.encrypted_content:
-            try:
-                text = sealer.open(REASONING_PURPOSE, item.encrypted_content).get("text")
-            except SealError as exc:
-                raise APIError(f"The encrypted_content of input[{index}] could not be opened: {exc}.",
-                               param=f"input[{index}].encrypted_content", code="invalid_encrypted_content") from None
-            if not isinstance(text, str):
-                raise APIError(f"The encrypted_content of input[{index}] holds no reasoning.",
-                               param=f"input[{index}].encrypted_content", code="invalid_encrypted_content")
-            item = item.model_copy(update={"content": [ContentPart(type="reasoning_text", text=text)]})
-        opened.append(item)
-    return request.model_copy(update={"input": opened})
-
-
-def reasoning_sealer(sealer: Sealer) -> Callable[[str], str]:
-    """The builder's `seal_reasoning`: a reasoning item's text -> its encrypted_content."""
-    return lambda text: sealer.seal(REASONING_PURPOSE, {"text": text})

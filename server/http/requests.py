@@ -139,6 +139,14 @@ class ReasoningItem(_Lenient):
         return "".join(p.text or "" for p in parts)
 
 
+class CompactionItem(_Lenient):
+    """A compaction made by `POST /v1/responses/compact`: sealed context, opened before the prompt is rendered."""
+
+    type: Literal["compaction"]
+    encrypted_content: str
+    id: str | None = None
+
+
 _ITEM_TYPES: dict[str, type[BaseModel]] = {
     "message": MessageItem,
     "function_call": FunctionCallItem,
@@ -146,6 +154,7 @@ _ITEM_TYPES: dict[str, type[BaseModel]] = {
     "custom_tool_call": CustomToolCallItem,
     "custom_tool_call_output": CustomToolCallOutputItem,
     "reasoning": ReasoningItem,
+    "compaction": CompactionItem,
 }
 
 

@@ -12,12 +12,9 @@ from pydantic import ValidationError
 from sse_starlette import EventSourceResponse
 
 from server.http.context import ServingContext, serving_context
-from server.conversation import (
-    open_sealed_reasoning,
-    reasoning_sealer,
-    stored_input_items,
-    with_history,
-)
+from server.compaction import compacted_response, summary_request
+from server.conversation import stored_input_items, with_history
+from server.sealed_items import open_sealed_items, reasoning_sealer
 from server.constraints.rules import output_rules
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
 from server.http.echo import response_settings
@@ -80,6 +77,27 @@ async def count_input_tokens(request: Request) -> dict[str, Any]:
     return {"object": "response.input_tokens", "input_tokens": len(run.request.prompt_token_ids)}
 
 
+@router.post("/v1/responses/compact")
+async def compact(request: Request) -> dict[str, Any]:
+    """The model summarizes the conversation; the answer is one sealed `compaction` item to continue from."""
+    context = serving_context(request)
+    context.check_api_key(request.headers.get("authorization"))
+    body = await _read_body(request)
+    if body.model is None:
+        raise APIError("model is required.", param="model")
+    conversation = await _conversation(context, body)
+    if not conversation.input_items():
+        raise APIError("There is nothing to compact: give input or previous_response_id.", param="input")
+    summarizing = summary_request(conversation)
+    run = _prepare_run(context, summarizing, summarizing)
+    await _drain_while_connected(StoredRun(run, None, keep_event_log=False), request)
+    summary = run.builder.response()
+    if summary.status not in ("completed", "incomplete"):
+        message = summary.error.message if summary.error else "the summary could not be generated"
+        raise APIError(f"Compaction failed: {message}.", status=500, type="server_error")
+    return compacted_response(summary, conversation, context.sealer, context.ids)
+
+
 async def _read_body(request: Request) -> ResponsesRequest:
     try:
         raw = await request.json()
@@ -109,7 +127,7 @@ async def _prepare_stored_run(context: ServingContext, body: ResponsesRequest) -
 
 async def _conversation(context: ServingContext, body: ResponsesRequest) -> ResponsesRequest:
     """The request with its stored history before it and sealed reasoning opened: what the model sees."""
-    return open_sealed_reasoning(await with_history(body, context.store), context.sealer)
+    return open_sealed_items(await with_history(body, context.store), context.sealer)
 
 
 async def _start_background(context: ServingContext, stored: StoredRun, stream: bool) -> Response:

@@ -1,0 +1,46 @@
+"""Compaction (`POST /v1/responses/compact`): the model summarizes the conversation, and the summary with the
+user's messages is sealed into one `compaction` item that later requests open back into context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai.types.responses import Response
+
+from server.http.requests import MessageItem, ResponsesRequest
+from server.sealed_items import seal_compaction
+from server.sealing import Sealer
+from streaming.ids import IdFactory
+
+SUMMARY_INSTRUCTION = (
+    "Summarize the conversation so far so that it can be continued from your summary alone: the user's goal, "
+    "what has been done and found, and what is left to do. Reply with the summary only.")
+SUMMARY_MAX_TOKENS = 512
+
+
+def summary_request(conversation: ResponsesRequest) -> ResponsesRequest:
+    """The conversation with a request to summarize it after it, as one plain answer; the oldest items are
+    dropped if it does not fit, since compaction is asked for when the context is full."""
+    items = conversation.input_items() + [MessageItem(role="user", content=SUMMARY_INSTRUCTION)]
+    return conversation.model_copy(update={
+        "input": items, "tool_choice": "none", "text": None, "truncation": "auto", "store": False,
+        "stream": False, "background": False, "previous_response_id": None, "conversation": None,
+        "include": None, "max_output_tokens": SUMMARY_MAX_TOKENS})
+
+
+def user_messages(conversation: ResponsesRequest) -> list[str]:
+    """The user's own words, oldest first (those of an earlier compaction included: it was opened into them)."""
+    return [item.text() for item in conversation.input_items() if isinstance(item, MessageItem) and item.role == "user"]
+
+
+def compacted_response(summary: Response, conversation: ResponsesRequest, sealer: Sealer,
+                       ids: IdFactory) -> dict[str, Any]:
+    """The SDK's `CompactedResponse`: one compaction item, and the usage of the summarizing pass.
+
+    The user messages travel inside the sealed item rather than beside it: the SDK's output item types have no
+    user message, so a strict client could not read them there.
+    """
+    sealed = seal_compaction(sealer, summary.output_text, user_messages(conversation))
+    usage = summary.usage.model_dump(mode="json") if summary.usage else None
+    return {"id": ids("resp"), "object": "response.compaction", "created_at": summary.created_at,
+            "output": [{"type": "compaction", "id": ids("cmp"), "encrypted_content": sealed}], "usage": usage}

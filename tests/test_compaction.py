@@ -1,0 +1,69 @@
+"""POST /v1/responses/compact: the model's summary sealed into one compaction item that later requests open."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+
+from server.compaction import SUMMARY_INSTRUCTION
+from server.sealing import Sealer
+from tests.test_server import MODEL, SEALER, Harness, harness  # noqa: F401  (the fixture)
+from tests.test_store import say
+
+HISTORY = [{"role": "user", "content": "My cat is called Miso."},
+           {"role": "assistant", "content": "A lovely name."},
+           {"role": "user", "content": "She is three years old."}]
+
+
+def compact(harness: Harness, tokenizer: Any, summary: str, **body: Any) -> Any:  # noqa: F811
+    harness.play(say(tokenizer, summary))
+    return harness.client.responses.compact(model=MODEL, **body)  # strict response validation
+
+
+def test_compact_returns_one_sealed_item_made_by_the_model(harness: Harness, tokenizer: Any) -> None:  # noqa: F811
+    compacted = compact(harness, tokenizer, "The user has a three-year-old cat, Miso.", input=HISTORY)
+    prompt = tokenizer.decode(harness.engine.requests[-1].prompt_token_ids)
+    assert SUMMARY_INSTRUCTION in prompt and "My cat is called Miso." in prompt
+    assert compacted.object == "response.compaction"
+    [item] = compacted.output
+    assert item.type == "compaction" and item.id.startswith("cmp_")  # type: ignore[union-attr]
+    assert "Miso" not in item.encrypted_content  # type: ignore[union-attr]
+    assert compacted.usage.input_tokens == len(harness.engine.requests[-1].prompt_token_ids)
+    assert compacted.usage.output_tokens > 0
+    opened = SEALER.open("compaction", item.encrypted_content)  # type: ignore[union-attr]
+    assert opened == {"summary": "The user has a three-year-old cat, Miso.",
+                      "user_messages": ["My cat is called Miso.", "She is three years old."]}
+
+
+def test_a_compaction_in_later_input_is_rendered_as_context(harness: Harness, tokenizer: Any) -> None:  # noqa: F811
+    compacted = compact(harness, tokenizer, "Cat: Miso, three years old.", input=HISTORY)
+    item = compacted.output[0].model_dump(exclude_none=True)
+    harness.play(say(tokenizer, "Miso."))
+    answer = harness.client.responses.create(model=MODEL, input=[item, {"role": "user", "content": "Her name?"}])
+    assert answer.status == "completed"
+    prompt = tokenizer.decode(harness.engine.requests[-1].prompt_token_ids)
+    for text in ("My cat is called Miso.", "She is three years old.", "Cat: Miso, three years old.", "Her name?"):
+        assert text in prompt
+    assert "A lovely name." not in prompt  # what the summary replaced
+    again = compact(harness, tokenizer, "Still Miso.", input=[item, {"role": "user", "content": "Her name?"}])
+    users = SEALER.open("compaction", again.output[0].encrypted_content)["user_messages"]  # type: ignore[union-attr]
+    assert users == ["My cat is called Miso.", "She is three years old.", "Her name?"]
+
+
+def test_a_bad_compaction_or_request_is_a_400(harness: Harness, tokenizer: Any) -> None:  # noqa: F811
+    sealed = compact(harness, tokenizer, "x", input=HISTORY).output[0].encrypted_content  # type: ignore[union-attr]
+    for value in (sealed[:-6], Sealer.ephemeral().seal("compaction", {"summary": "", "user_messages": []}),
+                  SEALER.seal("reasoning", {"text": "moved"}), SEALER.seal("compaction", {"text": "wrong"})):
+        response = harness.post(input=[{"type": "compaction", "encrypted_content": value},
+                                       {"role": "user", "content": "hi"}])
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["code"] == "invalid_encrypted_content"
+    no_model = httpx.post(f"{harness.base_url}/responses/compact", json={"input": "hi"}, timeout=30)
+    assert no_model.status_code == 400 and no_model.json()["error"]["param"] == "model"
+    try:
+        harness.client.responses.compact(model=MODEL, input=[])
+        raise AssertionError("an empty compaction was accepted")
+    except openai.BadRequestError as exc:
+        assert exc.body["param"] == "input"  # type: ignore[index]
