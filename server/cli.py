@@ -87,8 +87,10 @@ def engine_factory(args: argparse.Namespace) -> Any:
             name = args.tokenizer or args.model
             tokenizer = vllm_engine.load_tokenizer(name) if name and not args.harmony else None
             defaults = vllm_engine.model_sampling_defaults(args.model) if args.model else {}
-            return ReplayEngine(recordings, tokenizer, max_model_len=args.max_model_len or 1 << 17,
-                                sampling_defaults=defaults)
+            engine = ReplayEngine(recordings, tokenizer, max_model_len=args.max_model_len or 1 << 17,
+                                  sampling_defaults=defaults)
+            # Recording a replay keeps each request's prompt: what a test asserts the model was shown.
+            return RecordingEngine(engine, args.record_engine_output) if args.record_engine_output else engine
 
         return replay
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 import threading
 import time
 from contextlib import contextmanager
@@ -50,3 +52,26 @@ def serve_in_thread(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def codex(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Codex CLI from the npm registry (its native binary arrives as an npm optional dependency)."""
+    prefix = tmp_path_factory.mktemp("codex")
+    subprocess.run(["npm", "install", "--silent", "--prefix", str(prefix), "@openai/codex"], check=True,
+                   timeout=600, capture_output=True)
+    return prefix / "node_modules" / ".bin" / "codex"
+
+
+def run_codex(codex: Path, base_url: str, model: str, tmp_path: Path, prompt: str,
+              *flags: str) -> subprocess.CompletedProcess[str]:
+    """`codex exec --json PROMPT` against `base_url`, in a fresh Codex home and an empty work directory."""
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir(exist_ok=True)
+    (home / "config.toml").write_text(
+        f'model = "{model}"\nmodel_provider = "local"\n\n[model_providers.local]\nname = "responses-server"\n'
+        f'base_url = "{base_url}"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n')
+    return subprocess.run([str(codex), "exec", "--skip-git-repo-check", "--json", *flags, prompt],
+                          cwd=work, env={**os.environ, "CODEX_HOME": str(home), "LOCAL_API_KEY": "x"},
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)

@@ -17,7 +17,7 @@ from openai import AsyncOpenAI, OpenAI
 
 from server.bundled_model import BUNDLED_MODEL_NAME
 from server.engine.recording import read_recordings
-from tests.conftest import free_port
+from tests.conftest import free_port, run_codex
 from tests.helpers import collapsed_types, without_volatile
 from tests.sse import events_of, parse_frames
 from tests.validator import validate_events
@@ -169,25 +169,8 @@ def test_record_then_replay_gives_the_same_events(live: RunningServer, recording
     assert without_volatile(replayed[-1]["response"]) == without_volatile(recorded[-1]["response"])
 
 
-@pytest.fixture(scope="module")
-def codex(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Codex CLI from the npm registry (its native binary arrives as an npm optional dependency)."""
-    prefix = tmp_path_factory.mktemp("codex")
-    subprocess.run(["npm", "install", "--silent", "--prefix", str(prefix), "@openai/codex"], check=True,
-                   timeout=600, capture_output=True)
-    return prefix / "node_modules" / ".bin" / "codex"
-
-
 def test_codex_exec_text_turn_completes(live: RunningServer, codex: Path, tmp_path: Path) -> None:
-    home, work = tmp_path / "codex-home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    (home / "config.toml").write_text(
-        f'model = "{MODEL}"\nmodel_provider = "local"\n\n[model_providers.local]\nname = "responses-server"\n'
-        f'base_url = "{live.base_url}"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n')
-    run = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "--json", "Say hello in one word."],
-                         cwd=work, env={**os.environ, "CODEX_HOME": str(home), "LOCAL_API_KEY": "x"},
-                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    run = run_codex(codex, live.base_url, MODEL, tmp_path, "Say hello in one word.")
     events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     kinds = [event["type"] for event in events]
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
