@@ -16,6 +16,7 @@ import pytest
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 
+from server.engine.recording import read_recordings
 from tests.test_e2e import MODEL, RunningServer
 from tests.validator import validate_events
 from tests.sse import events_of, parse_frames
@@ -49,7 +50,8 @@ SCHEMAS = {"get_weather": WEATHER_PARAMETERS, "get_time": TIME_PARAMETERS}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("logs") / "requests.log"
-    running = RunningServer(["--max-model-len", str(CONTEXT)], log)
+    running = RunningServer(["--max-model-len", str(CONTEXT), "--record-engine-output", str(log.parent / "engine.jsonl")],
+                            log)
     yield running
     running.stop()
 
@@ -181,3 +183,58 @@ def test_input_token_count_matches_usage_on_the_real_model(server: RunningServer
     counted = server.client.responses.input_tokens.count(model=MODEL, **body)
     response = server.client.responses.create(model=MODEL, max_output_tokens=8, **body)
     assert counted.input_tokens == response.usage.input_tokens > 0
+
+
+def last_prompt(server: RunningServer, tokenizer: Any) -> str:
+    """The prompt of the request that finished last, as the engine got it."""
+    return tokenizer.decode(read_recordings(server.log.parent / "engine.jsonl")[-1].prompt_token_ids)
+
+
+def test_compact_then_continue_from_the_compaction(server: RunningServer, tokenizer: Any) -> None:
+    history = [{"role": "user", "content": "My cat is called Miso and she is three."},
+               {"role": "assistant", "content": "Miso sounds lovely."},
+               {"role": "user", "content": "She likes tuna."}]
+    compacted = server.client.responses.compact(model=MODEL, input=history)  # strict validation
+    [item] = compacted.output
+    assert item.type == "compaction" and item.encrypted_content.startswith("rsv1.")  # type: ignore[union-attr]
+    assert compacted.usage.input_tokens > 0 and compacted.usage.output_tokens > 0
+    answer = server.client.responses.create(model=MODEL, max_output_tokens=16, input=[
+        item.model_dump(exclude_none=True), {"role": "user", "content": "What is my cat called?"}])
+    assert answer.status in ("completed", "incomplete")
+    prompt = last_prompt(server, tokenizer)
+    assert "My cat is called Miso" in prompt and "She likes tuna." in prompt and "Summary of the conversation" in prompt
+
+
+def test_conversations_through_the_sdk_on_the_real_model(server: RunningServer, tokenizer: Any) -> None:
+    client = server.client
+    conversation = client.conversations.create(items=[{"role": "user", "content": "Remember the word kumquat."}])
+    response = client.responses.create(model=MODEL, conversation=conversation.id, input="Say the word.",
+                                       max_output_tokens=16)
+    assert response.conversation is not None and response.conversation.id == conversation.id
+    assert "kumquat" in last_prompt(server, tokenizer)
+    items = client.conversations.items.list(conversation.id, order="asc")
+    assert [item.type for item in items.data] == ["message", "message", "message"]
+    assert [item.role for item in items.data] == ["user", "user", "assistant"]  # type: ignore[union-attr]
+    assert items.data[-1].id == response.output[0].id
+
+
+def test_agents_conversations_session_remembers_the_first_turn(server: RunningServer, tokenizer: Any) -> None:
+    from agents import Agent, OpenAIConversationsSession, OpenAIResponsesModel, Runner, set_tracing_disabled
+
+    set_tracing_disabled(True)
+
+    async def run() -> tuple[Any, Any]:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0,
+                             _strict_response_validation=True)
+        agent = Agent(name="assistant", instructions="Answer in one short sentence.",
+                      model=OpenAIResponsesModel(model=MODEL, openai_client=client))
+        session = OpenAIConversationsSession(openai_client=client)
+        first = await Runner.run(agent, "My name is Zorblax.", session=session, max_turns=1)
+        second = await Runner.run(agent, "What is my name?", session=session, max_turns=1)
+        return first, await session.get_items()
+
+    first, items = asyncio.run(run())
+    assert first.final_output
+    prompt = last_prompt(server, tokenizer)
+    assert "My name is Zorblax." in prompt and prompt.index("My name is Zorblax.") < prompt.index("What is my name?")
+    assert [item.get("role") for item in items] == ["user", "assistant", "user", "assistant"]
