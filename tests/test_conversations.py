@@ -75,6 +75,8 @@ def test_bad_conversation_requests_are_4xx_with_the_error_body(stateful: Harness
     assert httpx.post(f"{base}/conversations", json={"metadata": {"k": 1}}).json()["error"]["param"] == "metadata"
     assert httpx.post(f"{base}/conversations", content=b"[1]").status_code == 400
     assert httpx.get(f"{base}/conversations/conv_nope/items").status_code == 404
+    bad_limit = httpx.get(f"{base}/conversations/conv_nope/items", params={"limit": 0})
+    assert bad_limit.status_code == 400 and bad_limit.json()["error"]["param"] == "limit"
     assert httpx.post(f"{base}/conversations/conv_nope/items", json={"items": []}).status_code == 404
     missing = stateful.post(input="hi", conversation="conv_nope")
     assert missing.status_code == 404 and missing.json()["error"]["param"] == "conversation"

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Request
 
 from server.conversation import stored_items, validated_items
 from server.http.context import authorized_store, serving_context
 from server.http.errors import APIError
-from server.http.stored_routes import list_page
+from server.http.stored_routes import PageQuery, list_page
 from server.store.interface import ResponseStore, StoredConversation
 
 router = APIRouter()
@@ -52,12 +52,11 @@ async def delete_conversation(request: Request, conversation_id: str) -> dict[st
 
 
 @router.get("/v1/conversations/{conversation_id}/items")
-async def list_items(request: Request, conversation_id: str, after: str | None = None,
-                     limit: int = Query(default=20, ge=1, le=100),
-                     order: Literal["asc", "desc"] = "desc") -> dict[str, Any]:
+async def list_items(request: Request, conversation_id: str,
+                     page: Annotated[PageQuery, Depends()]) -> dict[str, Any]:
     store = authorized_store(request)
     await _existing(store, conversation_id)
-    return list_page(*await store.conversation_items(conversation_id, after, limit, order))
+    return list_page(*await store.conversation_items(conversation_id, page.after, page.limit, page.order))
 
 
 @router.post("/v1/conversations/{conversation_id}/items")

@@ -52,7 +52,7 @@ def from_validation_error(exc: ValidationError | RequestValidationError, prefix:
 def _param_path(loc: tuple[Any, ...]) -> str:
     path = ""
     for part in loc:
-        if part != "body" and not _is_union_tag(part):
+        if part not in ("body", "query", "path") and not _is_union_tag(part):
             path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path
 

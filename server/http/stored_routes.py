@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, AsyncIterator, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from sse_starlette import EventSourceResponse
 
 from server.http.context import authorized_store, serving_context
@@ -73,13 +74,21 @@ async def delete_response(request: Request, response_id: str) -> dict[str, Any]:
     return {"id": response_id, "object": "response", "deleted": True}
 
 
+@dataclass
+class PageQuery:
+    """A list route's query: items after the one named `after`, at most `limit`, in `order`."""
+
+    after: str | None = None
+    limit: int = Query(default=20, ge=1, le=100)
+    order: Literal["asc", "desc"] = "desc"
+
+
 @router.get("/v1/responses/{response_id}/input_items")
-async def list_input_items(request: Request, response_id: str, after: str | None = None,
-                           limit: int = Query(default=20, ge=1, le=100),
-                           order: Literal["asc", "desc"] = "desc") -> dict[str, Any]:
+async def list_input_items(request: Request, response_id: str,
+                           page: Annotated[PageQuery, Depends()]) -> dict[str, Any]:
     store = authorized_store(request)
     await _stored(store, response_id)
-    return list_page(*await store.input_items(response_id, after, limit, order))
+    return list_page(*await store.input_items(response_id, page.after, page.limit, page.order))
 
 
 def list_page(items: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
