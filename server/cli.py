@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from parsers.registry import check_reasoning_parser
 from server.paths.model_path import check_tool_call_parser
 from server.config import ServerConfig
+from server.http.auth import api_keys
 from server.sealing import sealer_from
 from server.store.interface import RetentionPolicy
 
@@ -27,8 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
     server = parser.add_argument_group("responses-server")
     server.add_argument("--host", default="127.0.0.1", help="address to listen on")
     server.add_argument("--port", type=int, default=8000, help="port to listen on")
-    server.add_argument("--api-key", default=os.environ.get("RESPONSES_SERVER_API_KEY"),
-                        help="require 'Authorization: Bearer KEY' (default: $RESPONSES_SERVER_API_KEY, or none)")
+    server.add_argument("--api-key", default=os.environ.get("RESPONSES_SERVER_API_KEY"), metavar="KEY[,KEY...]",
+                        help="require 'Authorization: Bearer KEY' on every route but /health, any of these keys "
+                        "(default: $RESPONSES_SERVER_API_KEY, or none)")
+    server.add_argument("--api-key-file", type=Path, default=None, metavar="FILE",
+                        help="more accepted keys, one per line")
     server.add_argument("--tool-call-parser", default=None, help="tool-call parser name (vLLM's names)")
     server.add_argument("--keepalive-interval", type=float, default=15.0,
                         help="seconds between SSE keep-alive comments while a stream is idle")
@@ -138,9 +142,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     resolve_model(args)
+    try:
+        keys = api_keys(args.api_key, args.api_key_file)
+    except OSError as exc:
+        parser.error(f"--api-key-file: {exc}")
     config = ServerConfig(
         served_model_name=served_name(args),
-        api_key=args.api_key,
+        api_keys=keys,
         keepalive_seconds=args.keepalive_interval,
         reasoning_parser=args.reasoning_parser or None,
         tool_call_parser=args.tool_call_parser,

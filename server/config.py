@@ -10,7 +10,7 @@ class ServerConfig:
     """What the HTTP layer needs to know, fixed at start-up."""
 
     served_model_name: str
-    api_key: str | None = None
+    api_keys: tuple[str, ...] = ()  # any of them is accepted; none: no key needed
     keepalive_seconds: float = 15.0
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None

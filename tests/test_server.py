@@ -289,15 +289,43 @@ def test_models_and_health(harness: Harness) -> None:
     assert httpx.get(harness.base_url.removesuffix("/v1") + "/health").status_code == 200
 
 
-def test_api_key_is_enforced(tokenizer: Any) -> None:
+def test_api_keys_guard_every_route_but_health(tokenizer: Any, tmp_path: Any) -> None:
+    """Every entry of the route table, not a sample: no key or a wrong one is a 401 with OpenAI's error body."""
+    from server.store.sqlite import SqliteStore
+
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(answer_tokens(tokenizer, "ok"), [])])
-    context = ServingContext(config=ServerConfig(served_model_name=MODEL, api_key="secret"),
-                             engine_factory=lambda: engine)
-    with serve_in_thread(create_app(context)) as base_url:
-        denied = httpx.post(f"{base_url}/responses", json={"input": "x"}, timeout=30)
-        assert denied.status_code == 401 and denied.json()["error"]["code"] == "invalid_api_key"
-        client = OpenAI(base_url=base_url, api_key="secret", _strict_response_validation=True, max_retries=0)
-        assert client.responses.create(model=MODEL, input="x").output_text == "ok"
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL, api_keys=("first-key", "second-key")),
+                             engine_factory=lambda: engine, store=SqliteStore(tmp_path / "r.db"))
+    app = create_app(context)
+    routes = [(method, route.path) for route in app.routes for method in sorted(getattr(route, "methods", ()))]
+    assert len(routes) > 20
+    with serve_in_thread(app) as base_url:
+        root = base_url.removesuffix("/v1")
+        for method, path in routes:
+            url = root + path.replace("{", "").replace("}", "")  # any value for path parameters
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic first-key"}):
+                response = httpx.request(method, url, headers=headers, json={}, timeout=30)
+                if path == "/health":
+                    assert response.status_code == 200
+                    continue
+                assert response.status_code == 401, (method, path, response.text)
+                if method == "HEAD":
+                    continue  # no body
+                error = response.json()["error"]
+                assert error["code"] == "invalid_api_key" and error["type"] == "invalid_request_error"
+        for key in ("first-key", "second-key"):
+            client = OpenAI(base_url=base_url, api_key=key, _strict_response_validation=True, max_retries=0)
+            assert client.responses.create(model=MODEL, input="x").output_text == "ok"
+            assert client.conversations.create().id
+
+
+def test_api_keys_come_from_the_flag_and_a_file(tmp_path: Any) -> None:
+    from server.http.auth import api_keys
+
+    key_file = tmp_path / "keys"
+    key_file.write_text("# rotated in March\nthird\n\n fourth \n")
+    assert api_keys("first, second", key_file) == ("first", "second", "third", "fourth")
+    assert api_keys(None, None) == ()
 
 
 def test_non_streaming_client_that_goes_away_aborts(harness: Harness, tokenizer: Any) -> None:

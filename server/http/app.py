@@ -8,6 +8,7 @@ from typing import AsyncIterator
 from fastapi import FastAPI
 
 from server.http import errors
+from server.http.auth import APIKeyMiddleware
 from server.http.context import ServingContext
 from server.http.conversation_routes import router as conversation_router
 from server.http.routes import router
@@ -33,6 +34,7 @@ def create_app(context: ServingContext) -> FastAPI:
 
     app = FastAPI(title="responses-server", lifespan=lifespan)
     app.state.context = context
+    app.add_middleware(APIKeyMiddleware, keys=context.config.api_keys)
     errors.install(app)
     app.include_router(router)
     app.include_router(stored_router)

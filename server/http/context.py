@@ -41,12 +41,6 @@ class ServingContext:
     sealer: Sealer = field(default_factory=Sealer.ephemeral)  # seals reasoning for stateless clients
     started_at: int = field(default_factory=lambda: int(time.time()))
 
-    def check_api_key(self, authorization: str | None) -> None:
-        """With --api-key, every route needs `Authorization: Bearer KEY`."""
-        expected = self.config.api_key
-        if expected and authorization != f"Bearer {expected}":
-            raise APIError("Incorrect API key provided.", status=401, code="invalid_api_key")
-
     def start(self) -> None:
         self.engine = self.engine_factory()
         self.path = choose_path(self.engine, self.config)
@@ -67,10 +61,9 @@ def serving_context(request: Request) -> ServingContext:
     return request.app.state.context
 
 
-def authorized_store(request: Request) -> ResponseStore:
-    """The store, for routes over stored state: the API key is checked, and a server without a store is a 404."""
+def required_store(request: Request) -> ResponseStore:
+    """The store, for routes over stored state; a server without a store answers them 404."""
     context = serving_context(request)
-    context.check_api_key(request.headers.get("authorization"))
     if context.store is None:
         raise APIError("This server stores nothing (started with --store none).", status=404)
     return context.store

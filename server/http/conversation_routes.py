@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 
 from server.conversation import stored_items, validated_items
-from server.http.context import authorized_store, serving_context
+from server.http.context import required_store, serving_context
 from server.http.errors import APIError
 from server.http.stored_routes import PageQuery, list_page
 from server.store.interface import ResponseStore, StoredConversation
@@ -18,7 +18,7 @@ _CONVERSATION_PREFIX = "conv"
 
 @router.post("/v1/conversations")
 async def create_conversation(request: Request) -> dict[str, Any]:
-    store = authorized_store(request)
+    store = required_store(request)
     context = serving_context(request)
     body = await _json_object(request)
     items = stored_items(validated_items(body.get("items") or []), context.ids)
@@ -30,12 +30,12 @@ async def create_conversation(request: Request) -> dict[str, Any]:
 
 @router.get("/v1/conversations/{conversation_id}")
 async def retrieve_conversation(request: Request, conversation_id: str) -> dict[str, Any]:
-    return _conversation_json(await _existing(authorized_store(request), conversation_id))
+    return _conversation_json(await _existing(required_store(request), conversation_id))
 
 
 @router.post("/v1/conversations/{conversation_id}")
 async def update_conversation(request: Request, conversation_id: str) -> dict[str, Any]:
-    store = authorized_store(request)
+    store = required_store(request)
     body = await _json_object(request)
     if "metadata" not in body:
         raise APIError("metadata is required.", param="metadata")
@@ -46,7 +46,7 @@ async def update_conversation(request: Request, conversation_id: str) -> dict[st
 
 @router.delete("/v1/conversations/{conversation_id}")
 async def delete_conversation(request: Request, conversation_id: str) -> dict[str, Any]:
-    if not await authorized_store(request).delete_conversation(conversation_id):
+    if not await required_store(request).delete_conversation(conversation_id):
         raise _not_found(conversation_id)
     return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
 
@@ -54,14 +54,14 @@ async def delete_conversation(request: Request, conversation_id: str) -> dict[st
 @router.get("/v1/conversations/{conversation_id}/items")
 async def list_items(request: Request, conversation_id: str,
                      page: Annotated[PageQuery, Depends()]) -> dict[str, Any]:
-    store = authorized_store(request)
+    store = required_store(request)
     await _existing(store, conversation_id)
     return list_page(*await store.conversation_items(conversation_id, page.after, page.limit, page.order))
 
 
 @router.post("/v1/conversations/{conversation_id}/items")
 async def add_items(request: Request, conversation_id: str) -> dict[str, Any]:
-    store = authorized_store(request)
+    store = required_store(request)
     body = await _json_object(request)
     if not isinstance(body.get("items"), list):
         raise APIError("items must be a list of input items.", param="items")
@@ -73,7 +73,7 @@ async def add_items(request: Request, conversation_id: str) -> dict[str, Any]:
 
 @router.get("/v1/conversations/{conversation_id}/items/{item_id}")
 async def retrieve_item(request: Request, conversation_id: str, item_id: str) -> dict[str, Any]:
-    store = authorized_store(request)
+    store = required_store(request)
     await _existing(store, conversation_id)
     item = await store.conversation_item(conversation_id, item_id)
     if item is None:
@@ -83,7 +83,7 @@ async def retrieve_item(request: Request, conversation_id: str, item_id: str) ->
 
 @router.delete("/v1/conversations/{conversation_id}/items/{item_id}")
 async def delete_item(request: Request, conversation_id: str, item_id: str) -> dict[str, Any]:
-    store = authorized_store(request)
+    store = required_store(request)
     conversation = await _existing(store, conversation_id)
     if not await store.delete_conversation_item(conversation_id, item_id):
         raise APIError(f"Item with id '{item_id}' not found.", status=404, param="item_id")

@@ -41,7 +41,6 @@ async def health() -> dict[str, str]:
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, Any]:
     context = serving_context(request)
-    context.check_api_key(request.headers.get("authorization"))
     model = {"id": context.config.served_model_name, "object": "model",
              "created": context.started_at, "owned_by": "responses-server"}
     return {"object": "list", "data": [model]}
@@ -50,7 +49,6 @@ async def list_models(request: Request) -> dict[str, Any]:
 @router.post("/v1/responses")
 async def create_response(request: Request) -> Response:
     context = serving_context(request)
-    context.check_api_key(request.headers.get("authorization"))
     body = await _read_body(request)
     stored = await _prepare_stored_run(context, body)
     if body.background:
@@ -71,7 +69,6 @@ async def create_response(request: Request) -> Response:
 async def count_input_tokens(request: Request) -> dict[str, Any]:
     """The `usage.input_tokens` a response to the same body would report: its run is prepared, not started."""
     context = serving_context(request)
-    context.check_api_key(request.headers.get("authorization"))
     body = await _read_body(request)
     run = _prepare_run(context, await _conversation(context, body), body)
     return {"object": "response.input_tokens", "input_tokens": len(run.request.prompt_token_ids)}
@@ -81,7 +78,6 @@ async def count_input_tokens(request: Request) -> dict[str, Any]:
 async def compact(request: Request) -> dict[str, Any]:
     """The model summarizes the conversation; the answer is one sealed `compaction` item to continue from."""
     context = serving_context(request)
-    context.check_api_key(request.headers.get("authorization"))
     body = await _read_body(request)
     if body.model is None:
         raise APIError("model is required.", param="model")

@@ -9,7 +9,7 @@ from typing import Annotated, Any, AsyncIterator, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from sse_starlette import EventSourceResponse
 
-from server.http.context import authorized_store, serving_context
+from server.http.context import required_store, serving_context
 from server.http.errors import APIError
 from server.store.interface import ResponseStore, StoredResponse
 from streaming.sse import SEPARATOR, keepalive_comment, stored_frames
@@ -28,7 +28,7 @@ async def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
 @router.get("/v1/responses/{response_id}")
 async def retrieve_response(request: Request, response_id: str, stream: bool = False,
                             starting_after: int = Query(default=-1, ge=-1)) -> Any:
-    store = authorized_store(request)
+    store = required_store(request)
     live = serving_context(request).background.get(response_id)
     if live is not None:  # still generating in the background: its live state
         if stream:
@@ -52,7 +52,7 @@ async def _each(events: list[str]) -> AsyncIterator[str]:
 
 @router.post("/v1/responses/{response_id}/cancel")
 async def cancel_response(request: Request, response_id: str) -> Any:
-    store = authorized_store(request)
+    store = required_store(request)
     live = await serving_context(request).background.cancel(response_id)
     if live is not None:
         return _json(live.stored.run.builder.response())
@@ -68,7 +68,7 @@ def _json(response: Any) -> Any:
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(request: Request, response_id: str) -> dict[str, Any]:
-    store = authorized_store(request)
+    store = required_store(request)
     if not await store.delete(response_id):
         raise APIError(f"Response with id '{response_id}' not found.", status=404, param="response_id")
     return {"id": response_id, "object": "response", "deleted": True}
@@ -86,7 +86,7 @@ class PageQuery:
 @router.get("/v1/responses/{response_id}/input_items")
 async def list_input_items(request: Request, response_id: str,
                            page: Annotated[PageQuery, Depends()]) -> dict[str, Any]:
-    store = authorized_store(request)
+    store = required_store(request)
     await _stored(store, response_id)
     return list_page(*await store.input_items(response_id, page.after, page.limit, page.order))
 
