@@ -15,3 +15,6 @@ class ServerConfig:
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
     harmony: bool = False  # force the harmony (gpt-oss) path
+    max_body_bytes: int = 32 * 1024 * 1024  # Codex sends hundreds of KiB; far more is a mistake or an attack
+    max_concurrent_requests: int | None = None  # responses generating at once; past it, 429
+    send_timeout_seconds: float | None = 60.0  # a stream whose client reads nothing for this long is ended

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from server.http import errors
 from server.http.auth import APIKeyMiddleware
+from server.http.limits import BodySizeLimit
 from server.http.context import ServingContext
 from server.http.conversation_routes import router as conversation_router
 from server.http.routes import router
@@ -34,7 +35,8 @@ def create_app(context: ServingContext) -> FastAPI:
 
     app = FastAPI(title="responses-server", lifespan=lifespan)
     app.state.context = context
-    app.add_middleware(APIKeyMiddleware, keys=context.config.api_keys)
+    app.add_middleware(BodySizeLimit, max_bytes=context.config.max_body_bytes)
+    app.add_middleware(APIKeyMiddleware, keys=context.config.api_keys)  # added last: runs first
     errors.install(app)
     app.include_router(router)
     app.include_router(stored_router)

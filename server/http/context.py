@@ -16,6 +16,7 @@ from server.engine.interface import Engine
 from server.http.errors import APIError
 from server.http.requests import ResponsesRequest
 from server.paths.model_path import ModelPath, choose_path
+from server.runs.admission import Admission
 from server.runs.background import BackgroundRuns
 from server.sealing import Sealer
 from server.store.interface import ResponseStore
@@ -39,7 +40,11 @@ class ServingContext:
     store: ResponseStore | None = None
     background: BackgroundRuns = field(default_factory=BackgroundRuns)
     sealer: Sealer = field(default_factory=Sealer.ephemeral)  # seals reasoning for stateless clients
+    admission: Admission = field(default_factory=Admission)
     started_at: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        self.admission.limit = self.config.max_concurrent_requests
 
     def start(self) -> None:
         self.engine = self.engine_factory()

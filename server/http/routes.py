@@ -9,7 +9,6 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
-from sse_starlette import EventSourceResponse
 
 from server.http.context import ServingContext, serving_context
 from server.compaction import compacted_response, summary_request
@@ -19,13 +18,14 @@ from server.constraints.rules import output_rules
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
 from server.http.echo import response_settings
 from server.http.errors import APIError, from_validation_error
+from server.http.event_stream import event_stream
 from server.runs.generation import ResponseRun
 from server.runs.persistence import ConversationLink, StoredRun
 from server.http.requests import ResponsesRequest
 from server.paths.chat_template import tool_definitions
 from server.truncation import render_to_fit
 from streaming.builder import ResponseBuilder
-from streaming.sse import SEPARATOR, encode_event, keepalive_comment, stored_frames
+from streaming.sse import encode_event, stored_frames
 
 router = APIRouter()
 
@@ -54,13 +54,7 @@ async def create_response(request: Request) -> Response:
     if body.background:
         return await _start_background(context, stored, body.stream)
     if body.stream:
-        return EventSourceResponse(
-            _sse_frames(stored),
-            ping=context.config.keepalive_seconds,
-            ping_message_factory=keepalive_comment,
-            sep=SEPARATOR,
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        return event_stream(_sse_frames(stored), context.config)
     await _drain_while_connected(stored, request)
     return JSONResponse(json.loads(stored.run.builder.response().to_json(indent=None)))
 
@@ -86,6 +80,7 @@ async def compact(request: Request) -> dict[str, Any]:
         raise APIError("There is nothing to compact: give input or previous_response_id.", param="input")
     summarizing = summary_request(conversation)
     run = _prepare_run(context, summarizing, summarizing)
+    run.slot = context.admission.admit()
     await _drain_while_connected(StoredRun(run, None, keep_event_log=False), request)
     summary = run.builder.response()
     if summary.status not in ("completed", "incomplete"):
@@ -114,6 +109,7 @@ async def _prepare_stored_run(context: ServingContext, body: ResponsesRequest) -
         raise APIError("Background responses must be stored (store: true, and a server with a store).",
                        param="background")
     run = _prepare_run(context, await _conversation(context, body), body)
+    run.slot = context.admission.admit()  # last: a request refused for any other reason takes no place
     link = ConversationLink(context.store, body.conversation) if body.conversation and context.store else None
     input_items = stored_input_items(body, context.ids) if store is not None or link is not None else []
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
@@ -131,8 +127,7 @@ async def _start_background(context: ServingContext, stored: StoredRun, stream: 
     await stored.save()
     live = context.background.start(stored)
     if stream:
-        return EventSourceResponse(stored_frames(live.follow(-1)), ping=context.config.keepalive_seconds,
-                                   ping_message_factory=keepalive_comment, sep=SEPARATOR)
+        return event_stream(stored_frames(live.follow(-1)), context.config)
     return JSONResponse(json.loads(stored.run.builder.response().to_json(indent=None)))
 
 

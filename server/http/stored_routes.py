@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from typing import Annotated, Any, AsyncIterator, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
-from sse_starlette import EventSourceResponse
 
 from server.http.context import required_store, serving_context
 from server.http.errors import APIError
+from server.http.event_stream import event_stream
 from server.store.interface import ResponseStore, StoredResponse
-from streaming.sse import SEPARATOR, keepalive_comment, stored_frames
+from streaming.sse import stored_frames
 
 router = APIRouter()
 
@@ -32,9 +32,7 @@ async def retrieve_response(request: Request, response_id: str, stream: bool = F
     live = serving_context(request).background.get(response_id)
     if live is not None:  # still generating in the background: its live state
         if stream:
-            keepalive = serving_context(request).config.keepalive_seconds
-            return EventSourceResponse(stored_frames(live.follow(starting_after)), sep=SEPARATOR, ping=keepalive,
-                                       ping_message_factory=keepalive_comment)
+            return event_stream(stored_frames(live.follow(starting_after)), serving_context(request).config)
         return _json(live.stored.run.builder.response())
     record = await _stored(store, response_id)
     if not stream:
@@ -42,7 +40,7 @@ async def retrieve_response(request: Request, response_id: str, stream: bool = F
     events = await store.events_after(response_id, starting_after)
     if not events and starting_after < 0:
         raise APIError(f"Response '{response_id}' was not streamed; it has no events to replay.", param="stream")
-    return EventSourceResponse(stored_frames(_each(events)), sep=SEPARATOR)
+    return event_stream(stored_frames(_each(events)), serving_context(request).config)
 
 
 async def _each(events: list[str]) -> AsyncIterator[str]:

@@ -13,6 +13,7 @@ from parsers.base import OutputParser
 from parsers.decoder import IncrementalDecoder
 from parsers.deltas import Finished, ItemEnded, OutputText, TokenLogprob, ToolCallStarted, Usage
 from server.engine.interface import Engine, EngineRequest, EngineStep, StepLogprob
+from server.runs.admission import Slot
 from streaming.builder import ResponseBuilder
 
 logger = logging.getLogger(__name__)
@@ -52,10 +53,12 @@ class ResponseRun:
     builder: ResponseBuilder
     token_text: Callable[[int], str] | None = None  # set when logprobs were asked for
     max_tool_calls: int | None = None  # generation stops (completed) after the call that reaches this
+    slot: Slot | None = None  # this run's place under --max-concurrent-requests, released when it ends
 
     output_tokens: int = 0
     cached_tokens: int = 0
     _calls: CallCounter = field(default_factory=CallCounter)
+    _stop_reason: str | None = None  # set by stop(): the run ends at its next step, as response.failed
 
     async def events(self) -> AsyncIterator[ResponseStreamEvent]:
         """created, in_progress, the items' events, then exactly one terminal event.
@@ -63,6 +66,20 @@ class ResponseRun:
         Cancelling the task that iterates this closes the engine's stream (which aborts the request);
         `cancelled()` then gives the terminal event.
         """
+        if self.slot is not None:
+            self.slot.stop = self.stop
+        try:
+            async for event in self._events():
+                yield event
+        finally:
+            if self.slot is not None:
+                self.slot.release()
+
+    def stop(self, reason: str) -> None:
+        """End the run at its next engine step (its request aborted) with a response.failed saying `reason`."""
+        self._stop_reason = reason
+
+    async def _events(self) -> AsyncIterator[ResponseStreamEvent]:
         for event in self.builder.start():
             yield event
         finished: Finished | None = None
@@ -79,6 +96,9 @@ class ResponseRun:
                         break
                     if self._calls.capped:  # the last call allowed has ended: the rest is not wanted (aborted)
                         finished = Finished("stop")
+                        break
+                    if self._stop_reason is not None and not step.finish_reason:
+                        finished = Finished("error", error_message=self._stop_reason)
                         break
                     if step.finish_reason:
                         finished = Finished(step.finish_reason)

@@ -1,0 +1,57 @@
+"""Request body size limit: an ASGI middleware that answers 413 with OpenAI's error body before a route reads on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from server.http.errors import APIError
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodySizeLimit:
+    """Bodies over `max_bytes` are refused: at once by their Content-Length, else as soon as the count passes it."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or ()).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        received = 0
+        started = False
+
+        async def counting_receive() -> Any:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _TooLarge()
+            return message
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Any, receive: Any, send: Any) -> None:
+        error = APIError(f"The request body is larger than this server accepts ({self.max_bytes} bytes).",
+                         status=413, code="request_too_large")
+        await JSONResponse(error.body(), status_code=413)(scope, receive, send)

@@ -1,0 +1,68 @@
+"""The responses running in this process: a cap on how many at once (past it, a 429 with Retry-After), and the
+means to stop them all at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from server.http.errors import APIError
+
+RETRY_AFTER_SECONDS = 1
+
+
+@dataclass(eq=False)
+class Slot:
+    """One admitted response; released once, when its run ends however it ends."""
+
+    admission: "Admission"
+    stop: Callable[[str], None] | None = None  # set by the run: ends it early with a terminal event
+
+    def release(self) -> None:
+        self.admission.slots.discard(self)
+
+
+@dataclass
+class Admission:
+    """Counts running responses against `limit` (None: no cap); while draining, admits none."""
+
+    limit: int | None = None
+    slots: set[Slot] = field(default_factory=set)
+    draining: bool = False
+
+    @property
+    def active(self) -> int:
+        return len(self.slots)
+
+    def admit(self) -> Slot:
+        if self.draining:
+            raise APIError("The server is shutting down; retry on another replica or shortly.", status=503,
+                           type="server_error", code="server_shutting_down",
+                           headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        if self.limit is not None and self.active >= self.limit:
+            raise APIError(f"This server is running its maximum of {self.limit} responses at once; retry shortly.",
+                           status=429, type="requests", code="rate_limit_exceeded",
+                           headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        slot = Slot(self)
+        self.slots.add(slot)
+        return slot
+
+    async def drain(self, timeout: float, reason: str) -> int:
+        """Admit no more; let running responses finish for `timeout` seconds, then stop the rest with `reason`.
+
+        Returns how many had to be stopped.
+        """
+        self.draining = True
+        await self._idle(time.monotonic() + timeout)
+        stopped = list(self.slots)
+        for slot in stopped:
+            if slot.stop is not None:
+                slot.stop(reason)
+        await self._idle(time.monotonic() + 10)
+        return len(stopped)
+
+    async def _idle(self, deadline: float) -> None:
+        while self.slots and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)

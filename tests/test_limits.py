@@ -1,0 +1,101 @@
+"""Limits, each with OpenAI's error body: request body size (413), responses at once (429 with Retry-After),
+and a client that stops reading (the send timeout ends its stream)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any, AsyncIterator, Iterator
+
+import httpx
+import pytest
+
+from server.config import ServerConfig
+from server.http.app import create_app
+from server.http.context import ServingContext
+from server.http.event_stream import event_stream
+from tests.conftest import serve_in_thread
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+from tests.test_server import MODEL, Harness, answer_tokens
+
+
+@pytest.fixture(scope="module")
+def limited(tokenizer: Any) -> Iterator[Harness]:
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
+    config = ServerConfig(served_model_name=MODEL, max_body_bytes=4096, max_concurrent_requests=1)
+    with serve_in_thread(create_app(ServingContext(config=config, engine_factory=lambda: engine))) as base_url:
+        yield Harness(engine, base_url)
+
+
+def test_a_body_over_the_limit_is_a_413_declared_or_not(limited: Harness) -> None:
+    big = json.dumps({"model": MODEL, "input": "x" * 5000}).encode()
+    declared = httpx.post(f"{limited.base_url}/responses", content=big, timeout=30,
+                          headers={"content-type": "application/json"})
+    assert declared.status_code == 413 and declared.json()["error"]["code"] == "request_too_large"
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        for start in range(0, len(big), 1000):
+            yield big[start:start + 1000]
+
+    chunked = httpx.post(f"{limited.base_url}/responses", content=chunks(), timeout=30,
+                         headers={"content-type": "application/json"})
+    assert chunked.status_code == 413 and chunked.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_past_the_cap_a_request_is_a_429_and_the_place_comes_back(limited: Harness, tokenizer: Any) -> None:
+    limited.engine.step_delay = 0.05
+    limited.play(steps_from_tokens(answer_tokens(tokenizer) * 4, cuts=list(range(1, 200))))
+    try:
+        with httpx.stream("POST", f"{limited.base_url}/responses", timeout=30,
+                          json={"model": MODEL, "input": "long", "stream": True}) as first:
+            lines = first.iter_lines()  # kept: a dropped iterator closes the response
+            next(lines)  # the first response is running
+            refused = limited.post(input="second")
+            assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+            assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+        # the first client went away: its place is released once its run has ended
+        deadline = time.monotonic() + 5
+        limited.engine.step_delay = 0.0
+        limited.play(steps_from_tokens(answer_tokens(tokenizer, "ok"), cuts=[]))
+        while (status := limited.post(input="third").status_code) == 429 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert status == 200
+        assert limited.post(input="fourth").status_code == 200  # and a finished run releases it too
+        assert limited.post(input="bad", temperature=9).status_code == 400  # a refused request takes no place
+        assert limited.post(input="fifth").status_code == 200
+    finally:
+        limited.engine.step_delay = 0.0
+
+
+def test_a_client_that_stops_reading_has_its_stream_ended() -> None:
+    """sse-starlette's send timeout, through our EventStream: no exception escapes, and the frames' generator
+    is closed (which is what aborts a run's engine request)."""
+    closed = threading.Event()
+
+    async def frames() -> AsyncIterator[str]:
+        try:
+            while True:
+                yield "data"
+                await asyncio.sleep(0)
+        finally:
+            closed.set()
+
+    async def scenario() -> None:
+        config = ServerConfig(served_model_name=MODEL, send_timeout_seconds=0.2, keepalive_seconds=0)
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+            if len(sent) > 3:
+                await asyncio.sleep(3600)  # the client stopped reading
+
+        async def receive() -> Any:
+            await asyncio.sleep(3600)
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/responses", "headers": []}
+        await asyncio.wait_for(event_stream(frames(), config)(scope, receive, send), timeout=10)
+
+    asyncio.run(scenario())
+    assert closed.is_set()
