@@ -54,8 +54,17 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--harmony", action="store_true",
                         help="use the harmony (gpt-oss) path; automatic for gpt_oss models, needed for replays "
                         "of gpt-oss output without the model (no Hugging Face tokenizer is loaded then)")
+    server.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024, metavar="N",
+                        help="larger request bodies are a 413 (default 32 MiB; Codex sends hundreds of KiB)")
+    server.add_argument("--max-concurrent-requests", type=int, default=None, metavar="N",
+                        help="at most N responses generate at once; more are a 429 with Retry-After (default: no cap)")
+    server.add_argument("--send-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="end a stream whose client has read nothing for this long (default 60)")
     server.add_argument("--uvicorn-log-level", default="info", help="uvicorn log level")
     vllm_engine.add_engine_arguments(parser)
+    # vLLM's own --shutdown-timeout (0 = abort) also bounds how long running responses may finish on SIGTERM
+    # before they end as response.failed; streams deserve a little time by default.
+    parser.set_defaults(shutdown_timeout=30)
     return parser
 
 
@@ -128,9 +137,8 @@ def open_store(url: str | None, retention: Any) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    import uvicorn
-
     from server.http.app import create_app
+    from server.http.graceful import serve
     from server.http.context import ServingContext
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -153,6 +161,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         reasoning_parser=args.reasoning_parser or None,
         tool_call_parser=args.tool_call_parser,
         harmony=args.harmony,
+        max_body_bytes=args.max_body_bytes,
+        max_concurrent_requests=args.max_concurrent_requests,
+        send_timeout_seconds=args.send_timeout,
     )
     try:
         store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count))
@@ -162,7 +173,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         sealer = sealer_from(args.reasoning_key, data_dir())
     except ValueError as exc:
         parser.error(str(exc))
-    app = create_app(ServingContext(config=config, engine_factory=engine_factory(args), store=store, sealer=sealer))
+    context = ServingContext(config=config, engine_factory=engine_factory(args), store=store, sealer=sealer)
+    app = create_app(context)
     print(f"[responses-server] serving '{config.served_model_name}' on http://{args.host}:{args.port}/v1",
           file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.uvicorn_log_level)
+    serve(app, context.admission, args.host, args.port, args.uvicorn_log_level, args.shutdown_timeout)

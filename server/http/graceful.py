@@ -1,0 +1,51 @@
+"""uvicorn with a graceful shutdown: on SIGTERM it stops accepting, lets running responses finish for
+`--shutdown-timeout` seconds, ends the rest with response.failed (never a cut stream), then exits 0."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+from types import FrameType
+from typing import Any
+
+import uvicorn
+from sse_starlette.sse import AppStatus
+
+from server.runs.admission import Admission
+
+logger = logging.getLogger(__name__)
+SHUTDOWN_REASON = "the server shut down before this response finished"
+_GRACE_SECONDS = 15  # beyond the drain, for stopped streams to send their last events
+
+
+class GracefulServer(uvicorn.Server):
+    """A uvicorn server that drains the process's responses before uvicorn's own shutdown."""
+
+    def __init__(self, config: uvicorn.Config, admission: Admission, timeout: float) -> None:
+        config.timeout_graceful_shutdown = timeout + _GRACE_SECONDS
+        super().__init__(config)
+        self._admission = admission
+        self._timeout = timeout
+        AppStatus.disable_automatic_graceful_drain()  # sse-starlette would cut every stream at the signal
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        if sig == signal.SIGTERM:  # shut down cleanly and exit 0, instead of re-raising SIGTERM afterwards
+            getattr(self, "_captured_signals", []).clear()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # no new connections while the running responses finish
+        running = self._admission.active
+        logger.info("shutting down: %d response(s) running, %.0fs to finish", running, self._timeout)
+        stopped = await self._admission.drain(self._timeout, SHUTDOWN_REASON)
+        if stopped:
+            logger.info("shutting down: %d response(s) ended as failed after the shutdown timeout", stopped)
+        AppStatus.should_exit = True  # every response has ended: streams still open (replays) may close now
+        await super().shutdown(sockets)
+
+
+def serve(app: Any, admission: Admission, host: str, port: int, log_level: str, shutdown_timeout: float) -> None:
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
+    GracefulServer(config, admission, shutdown_timeout).run()

@@ -1,0 +1,82 @@
+"""End to end: SIGTERM to the real server process while responses run: it stops accepting, lets short
+responses finish, ends long ones with response.failed (never a cut stream), saves them, and exits 0."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncio
+
+import httpx
+import pytest
+
+from server.http.graceful import SHUTDOWN_REASON
+from server.store.sqlite import SqliteStore
+from tests.test_e2e import MODEL, RunningServer
+from tests.validator import validate_events
+
+pytestmark = pytest.mark.e2e
+LONG = {"input": "Count from 1 to 2000, separated by commas.", "temperature": 0, "max_output_tokens": 1500}
+SHUTDOWN_TIMEOUT = 4
+
+
+def stream_into(server: RunningServer, body: dict[str, Any], events: list[dict[str, Any]],
+                started: threading.Event) -> None:
+    with httpx.stream("POST", f"{server.base_url}/responses", json={"model": MODEL, "stream": True, **body},
+                      timeout=300) as response:
+        for line in response.iter_lines():  # read as it arrives: the test acts on the first delta
+            if line.startswith("data:"):
+                events.append(json.loads(line[len("data:"):]))
+                if events[-1]["type"] == "response.output_text.delta":
+                    started.set()
+
+
+def test_sigterm_drains_then_fails_what_is_left_and_exits_zero(tmp_path: Path) -> None:
+    server = RunningServer(["--shutdown-timeout", str(SHUTDOWN_TIMEOUT), "--max-model-len", "2048"],
+                           tmp_path / "server.log", data_dir=tmp_path / "data")
+    long_events: list[dict[str, Any]] = []
+    short_events: list[dict[str, Any]] = []
+    long_started, short_started = threading.Event(), threading.Event()
+    long_thread = threading.Thread(target=stream_into, args=(server, LONG, long_events, long_started))
+    long_thread.start()
+    assert long_started.wait(120)
+    background = httpx.post(f"{server.base_url}/responses", timeout=60,
+                            json={"model": MODEL, "background": True, **LONG}).json()
+    short_thread = threading.Thread(target=stream_into, args=(
+        server, {"input": "Say hi.", "max_output_tokens": 8}, short_events, short_started))
+    short_thread.start()
+    assert short_started.wait(120)
+
+    sent = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    time.sleep(1)
+    with pytest.raises(httpx.ConnectError):  # no longer accepting
+        httpx.get(f"http://127.0.0.1:{server.port}/health", timeout=5)
+    short_thread.join(60)
+    long_thread.join(60)
+    assert server.process.wait(timeout=60) == 0
+    took = time.monotonic() - sent
+    log = server.log.read_text()
+
+    short = validate_events(short_events)
+    assert short.status in ("completed", "incomplete")  # it ended on its own (8 tokens) within the timeout
+    failed = validate_events(long_events)  # a whole stream: one terminal event, every item closed
+    assert long_events[-1]["type"] == "response.failed" and failed.error.message == SHUTDOWN_REASON
+    assert SHUTDOWN_TIMEOUT <= took < SHUTDOWN_TIMEOUT + 20, log[-2000:]
+    assert "Traceback" not in log, log[-4000:]
+
+    async def stored() -> dict[str, str]:
+        store = SqliteStore(tmp_path / "data" / "responses.db")
+        try:
+            records = {key: await store.get(value) for key, value in
+                       {"long": failed.id, "background": background["id"], "short": short_events[-1]["response"]["id"]}.items()}
+            return {key: record.status if record else "missing" for key, record in records.items()}
+        finally:
+            await store.close()
+
+    assert asyncio.run(stored()) == {"long": "failed", "background": "failed", "short": short.status}
