@@ -11,6 +11,8 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from server.store.interface import StoreUnavailable
+
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +82,12 @@ async def http_error_handler(_: Request, exc: StarletteHTTPException) -> JSONRes
     return JSONResponse(error.body(), status_code=exc.status_code)
 
 
+async def store_unavailable_handler(_: Request, exc: StoreUnavailable) -> JSONResponse:
+    error = APIError("The response store is unavailable; try again shortly.", status=503, type="server_error",
+                     code="store_unavailable")
+    return JSONResponse(error.body(), status_code=503, headers={"Retry-After": "5"})
+
+
 async def unexpected_error_handler(request: Request, exc: Exception) -> JSONResponse:
     logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     error = APIError(f"Internal server error: {type(exc).__name__}", status=500, type="server_error")
@@ -91,4 +99,5 @@ def install(app: Any) -> None:
     app.add_exception_handler(APIError, api_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
+    app.add_exception_handler(StoreUnavailable, store_unavailable_handler)
     app.add_exception_handler(Exception, unexpected_error_handler)

@@ -9,7 +9,7 @@ from typing import Any, AsyncIterator
 from openai.types.responses import ResponseStreamEvent
 
 from server.runs.generation import ResponseRun
-from server.store.interface import ResponseStore, StoredResponse
+from server.store.interface import ResponseStore, StoreUnavailable, StoredResponse
 from streaming.sse import event_json
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -47,19 +47,27 @@ class StoredRun:
             yield event, data
 
     async def _finish(self) -> None:
-        if self.store is not None:
-            await self.save(self._log)
-        response = self.run.builder.response()
-        if self.conversation is not None and response.status in ("completed", "incomplete"):
-            output = [item.model_dump(mode="json", by_alias=True, exclude_unset=True) for item in response.output]
-            await self.conversation.store.add_conversation_items(self.conversation.conversation_id,
-                                                                 self.input_items + output)
+        """Save the response and add it to its conversation; a store that fails (it logs why) does not keep the
+        terminal event from the client."""
+        try:
+            if self.store is not None:
+                await self.save(self._log)
+            response = self.run.builder.response()
+            if self.conversation is not None and response.status in ("completed", "incomplete"):
+                output = [item.model_dump(mode="json", by_alias=True, exclude_unset=True) for item in response.output]
+                await self.conversation.store.add_conversation_items(self.conversation.conversation_id,
+                                                                     self.input_items + output)
+        except StoreUnavailable:
+            pass
 
     async def cancelled(self) -> list[tuple[ResponseStreamEvent, str]]:
         """After the run's iteration was cancelled: its terminal event, saved (status `cancelled`)."""
         out = [(event, event_json(event)) for event in self.run.cancelled()]
         if self.store is not None and out:
-            await self.save(self._log + [data for _, data in out])
+            try:
+                await self.save(self._log + [data for _, data in out])
+            except StoreUnavailable:
+                pass  # the store logged why; the cancellation itself stands
         return out
 
     async def save(self, log: list[str] | None = None) -> None:

@@ -11,6 +11,10 @@ from typing import Any, Literal, Protocol
 Order = Literal["asc", "desc"]
 
 
+class StoreUnavailable(Exception):
+    """The store cannot read or write now (locked, read-only, disk full, unreachable); the backend logged why."""
+
+
 @dataclass(frozen=True)
 class StoredResponse:
     """One response as stored: the final (or latest) Response JSON and what the request asked for."""

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from server.store.interface import Order, RetentionPolicy, StoredConversation, StoredResponse
+from server.store.interface import Order, RetentionPolicy, StoreUnavailable, StoredConversation, StoredResponse
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -56,19 +58,34 @@ CREATE UNIQUE INDEX IF NOT EXISTS conversation_items_by_id ON conversation_items
 class SqliteStore:
     """A file in the data directory; one connection used from one worker thread."""
 
-    def __init__(self, path: str | Path, retention: RetentionPolicy = RetentionPolicy()) -> None:
+    def __init__(self, path: str | Path, retention: RetentionPolicy = RetentionPolicy(),
+                 busy_timeout: float = 5.0) -> None:
         self.path = Path(path)
         self.retention = retention
+        self.busy_timeout = busy_timeout  # how long a write waits for another writer's lock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="response-store")
         self._connection: sqlite3.Connection | None = None
+        self._failing = False
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._in_thread, work)
+        """Run `work` in the store's thread; a database or disk error is logged once and raised as StoreUnavailable."""
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(self._executor, self._in_thread, work)
+        except (sqlite3.Error, OSError) as exc:
+            if not self._failing:
+                logger.error("the response store %s failed: %s: %s (logged once until it works again)",
+                             self.path, type(exc).__name__, exc)
+            self._failing = True
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        if self._failing:
+            logger.warning("the response store %s works again", self.path)
+            self._failing = False
+        return result
 
     def _in_thread(self, work: Callable[[sqlite3.Connection], T]) -> T:
         if self._connection is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._connection = sqlite3.connect(self.path, check_same_thread=False)
+            self._connection = sqlite3.connect(self.path, check_same_thread=False, timeout=self.busy_timeout)
             self._connection.execute("PRAGMA journal_mode=WAL")
             self._connection.execute("PRAGMA synchronous=NORMAL")
             self._connection.execute("PRAGMA foreign_keys=ON")
