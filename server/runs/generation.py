@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
@@ -71,6 +72,11 @@ class ResponseRun:
         try:
             async for event in self._events():
                 yield event
+        except (asyncio.CancelledError, GeneratorExit):  # its client went away, or it was cancelled
+            if not self.builder.finished:
+                logger.info("response %s cancelled after %d tokens; its engine request was aborted",
+                            self.builder.response_id, self.output_tokens)
+            raise
         finally:
             if self.slot is not None:
                 self.slot.release()
