@@ -1,9 +1,11 @@
 # `make serve`: set up and serve the bundled model on http://127.0.0.1:8000/v1 (pass flags with ARGS="...").
 # `make test`: set up and run the whole test suite (pass pytest flags with PYTEST_ARGS="...").
 # `make bench`: the serving benchmark against the engine baseline (after setup).
+# `make fuzz`: 10,000 fuzz cases against the API (CASES=N for another count); prints the counts.
 VENV ?= .venv
 
-.PHONY: setup serve test bench
+.PHONY: setup serve test bench fuzz
+CASES ?= 10000
 
 setup:
 	@bash scripts/setup.sh
@@ -16,3 +18,6 @@ test: setup
 
 bench: setup
 	$(VENV)/bin/python bench/serving.py $(ARGS)
+
+fuzz: setup
+	$(VENV)/bin/python -m tests.fuzz --cases $(CASES)

@@ -7,7 +7,7 @@ from typing import AsyncIterator
 
 from fastapi import FastAPI
 
-from server.http import errors
+from server.http import errors, openapi
 from server.http.auth import APIKeyMiddleware
 from server.http.limits import BodySizeLimit
 from server.store.interface import StoreUnavailable
@@ -42,6 +42,7 @@ def create_app(context: ServingContext) -> FastAPI:
     app.add_middleware(BodySizeLimit, max_bytes=context.config.max_body_bytes)
     app.add_middleware(APIKeyMiddleware, keys=context.config.api_keys)  # added last: runs first
     errors.install(app)
+    openapi.install(app)
     app.include_router(router)
     app.include_router(stored_router)
     app.include_router(conversation_router)

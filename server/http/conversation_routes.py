@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 
 from server.conversation import stored_items, validated_items
+from server.http.bodies import json_object
 from server.http.context import required_store, serving_context
 from server.http.errors import APIError
 from server.http.stored_routes import PageQuery, list_page
@@ -20,7 +21,7 @@ _CONVERSATION_PREFIX = "conv"
 async def create_conversation(request: Request) -> dict[str, Any]:
     store = required_store(request)
     context = serving_context(request)
-    body = await _json_object(request)
+    body = await json_object(request, empty={})
     items = stored_items(validated_items(body.get("items") or []), context.ids)
     conversation = StoredConversation(context.ids(_CONVERSATION_PREFIX), int(context.clock()),
                                       _metadata(body.get("metadata")))
@@ -36,7 +37,7 @@ async def retrieve_conversation(request: Request, conversation_id: str) -> dict[
 @router.post("/v1/conversations/{conversation_id}")
 async def update_conversation(request: Request, conversation_id: str) -> dict[str, Any]:
     store = required_store(request)
-    body = await _json_object(request)
+    body = await json_object(request, empty={})
     if "metadata" not in body:
         raise APIError("metadata is required.", param="metadata")
     await _existing(store, conversation_id)
@@ -62,7 +63,7 @@ async def list_items(request: Request, conversation_id: str,
 @router.post("/v1/conversations/{conversation_id}/items")
 async def add_items(request: Request, conversation_id: str) -> dict[str, Any]:
     store = required_store(request)
-    body = await _json_object(request)
+    body = await json_object(request, empty={})
     if not isinstance(body.get("items"), list):
         raise APIError("items must be a list of input items.", param="items")
     items = stored_items(validated_items(body["items"]), serving_context(request).ids)
@@ -88,16 +89,6 @@ async def delete_item(request: Request, conversation_id: str, item_id: str) -> d
     if not await store.delete_conversation_item(conversation_id, item_id):
         raise APIError(f"Item with id '{item_id}' not found.", status=404, param="item_id")
     return _conversation_json(conversation)
-
-
-async def _json_object(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json() if await request.body() else {}
-    except ValueError:
-        raise APIError("We could not parse the JSON body of your request.") from None
-    if not isinstance(body, dict):
-        raise APIError("The request body must be a JSON object.")
-    return body
 
 
 def _metadata(value: Any) -> dict[str, str]:

@@ -161,7 +161,7 @@ _ITEM_TYPES: dict[str, type[BaseModel]] = {
 def _item_class_name(item: Any) -> str | None:
     """The class an input item validates as (messages may omit `type`), named as its union tag."""
     kind = item.get("type") or ("message" if "role" in item else None) if isinstance(item, dict) else getattr(item, "type", None)
-    item_class = _ITEM_TYPES.get(kind or "")
+    item_class = _ITEM_TYPES.get(kind) if isinstance(kind, str) else None
     return item_class.__name__ if item_class else None
 
 

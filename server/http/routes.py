@@ -17,6 +17,7 @@ from server.sealed_items import open_sealed_items, reasoning_sealer
 from server.constraints.rules import output_rules
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
 from server.http.echo import response_settings
+from server.http.bodies import json_object
 from server.http.errors import APIError, from_validation_error
 from server.http.event_stream import event_stream
 from server.runs.generation import ResponseRun
@@ -90,12 +91,7 @@ async def compact(request: Request) -> dict[str, Any]:
 
 
 async def _read_body(request: Request) -> ResponsesRequest:
-    try:
-        raw = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise APIError("We could not parse the JSON body of your request.") from None
-    if not isinstance(raw, dict):
-        raise APIError("The request body must be a JSON object.")
+    raw = await json_object(request)
     try:
         return ResponsesRequest.model_validate(raw)
     except ValidationError as exc:

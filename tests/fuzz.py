@@ -1,0 +1,222 @@
+"""Fuzzing the HTTP API: schemathesis over the published OpenAPI schema (bodies typed from the SDK's params),
+and hypothesis over raw bodies for the deep cases. Checks, for every case: no 5xx, errors in OpenAI's shape,
+every 200 stream whole (one terminal event), and the server still answers a normal request afterwards.
+
+`python -m tests.fuzz --cases 10000` (`make fuzz`) runs the long version and prints the counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from hypothesis import strategies as st
+
+from tests.sse import events_of, parse_frames
+from tests.validator import ContractViolation, validate_events
+
+MODEL = "fuzz-model"
+
+
+@dataclass
+class Counts:
+    """What a fuzz run saw: cases by status code, and every broken invariant."""
+
+    statuses: Counter[int] = field(default_factory=Counter)
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def cases(self) -> int:
+        return sum(self.statuses.values())
+
+    @property
+    def server_errors(self) -> int:
+        return sum(n for status, n in self.statuses.items() if status >= 500)
+
+    def check(self, label: str, status: int, content_type: str, body: bytes) -> None:
+        self.statuses[status] += 1
+        problem = _problem(status, content_type, body)
+        if problem and len(self.violations) < 50:
+            self.violations.append(f"{label} -> {status}: {problem}: {body[:300]!r}")
+
+
+def _problem(status: int, content_type: str, body: bytes) -> str | None:
+    if status >= 500:
+        return "a server error"
+    if status >= 400:
+        try:
+            error = json.loads(body)["error"]
+        except (ValueError, KeyError, TypeError):
+            return "an error without OpenAI's body"
+        if not (isinstance(error.get("message"), str) and error["message"] and isinstance(error.get("type"), str)
+                and "param" in error and "code" in error):
+            return "an error body missing message/type/param/code"
+        return None
+    if content_type.startswith("text/event-stream"):
+        try:
+            validate_events(events_of(parse_frames(body.decode().splitlines())))
+        except (ContractViolation, ValueError) as exc:
+            return f"a broken stream ({exc})"
+    return None
+
+
+@contextmanager
+def fuzz_server() -> Iterator[str]:
+    """The real app on a socket, a scripted engine that answers at once, a store in a temporary directory."""
+    from server.config import ServerConfig
+    from server.engine.vllm_engine import load_tokenizer
+    from server.http.app import create_app
+    from server.http.context import ServingContext
+    from server.bundled_model import ensure_bundled_model
+    from server.store.sqlite import SqliteStore
+    from tests.conftest import serve_in_thread
+    from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+
+    tokenizer = load_tokenizer(str(ensure_bundled_model()))
+    answer = tokenizer.encode("Fine.", add_special_tokens=False) + [tokenizer.eos_token_id]
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(answer, cuts=[1])], max_model_len=4096)
+    with tempfile.TemporaryDirectory() as data:
+        context = ServingContext(config=ServerConfig(served_model_name=MODEL, max_body_bytes=4 * 1024 * 1024),
+                                 engine_factory=lambda: engine, store=SqliteStore(Path(data) / "fuzz.db"))
+        with serve_in_thread(create_app(context)) as base_url:
+            yield base_url.removesuffix("/v1")
+
+
+def _settings(cases: int) -> settings:
+    return settings(max_examples=cases, deadline=None, database=None, derandomize=True,
+                    phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+
+
+def run_schemathesis(root: str, cases_per_operation: int, counts: Counts) -> None:
+    """Every operation of the published schema, with valid and invalid (negative) cases."""
+    import schemathesis
+    from schemathesis.generation import GenerationMode
+
+    schema = schemathesis.openapi.from_url(f"{root}/openapi.json")
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            @given(case=operation.as_strategy(generation_mode=mode))
+            @_settings(cases_per_operation)
+            def one(case: Any) -> None:
+                if mode is GenerationMode.POSITIVE and isinstance(case.body, dict) and "model" in case.body:
+                    case.body["model"] = MODEL  # past the model check, into rendering, grammars and generation
+                response = case.call(base_url=root, timeout=60)
+                content_type = response.headers.get("content-type") or ""
+                if isinstance(content_type, list):
+                    content_type = content_type[0]
+                counts.check(f"{case.method} {case.formatted_path} ({mode.value})", response.status_code,
+                             content_type, response.content)
+
+            try:
+                one()
+            except Unsatisfiable:  # nothing to make invalid (a route without parameters or body)
+                continue
+
+
+_json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False),
+                       st.text(max_size=20), st.sampled_from(["\ud800", "x" * (1 << 20), "", "\x00"]))
+_json = st.recursive(_json_leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+    st.text(max_size=8), inner, max_size=4), max_leaves=12)
+_ITEM_KINDS = ["message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
+               "reasoning", "compaction", "item_reference", "web_search_call", None]
+_FIELDS = ["model", "input", "instructions", "tools", "tool_choice", "text", "reasoning", "include", "stream",
+           "max_output_tokens", "temperature", "top_p", "top_logprobs", "previous_response_id", "conversation",
+           "truncation", "metadata", "store", "background", "max_tool_calls", "parallel_tool_calls"]
+
+
+@st.composite
+def _items(draw: Any) -> list[Any]:
+    """Input items of every kind, their fields replaced by values of any type."""
+    items = []
+    for kind in draw(st.lists(st.sampled_from(_ITEM_KINDS), max_size=4)):
+        item = {"type": kind, "role": draw(st.sampled_from(["user", "assistant", "system", "developer", "tool"])),
+                "content": draw(st.one_of(st.text(max_size=10), st.lists(st.fixed_dictionaries(
+                    {"type": st.sampled_from(["input_text", "output_text", "input_image", "refusal", "x"]),
+                     "text": _json}), max_size=2))),
+                "call_id": "c", "name": "f", "arguments": "{}", "output": "ok", "encrypted_content": "rsv1.AAAA"}
+        for key in draw(st.lists(st.sampled_from(list(item)), max_size=3)):
+            item[key] = draw(_json)
+        items.append({k: v for k, v in item.items() if v is not None})
+    return items
+
+
+@st.composite
+def raw_bodies(draw: Any) -> tuple[bytes, str]:
+    """(body bytes, content type): a valid request bent one way or several."""
+    body: dict[str, Any] = {"model": MODEL, "input": draw(st.one_of(st.just("hi"), _items()))}
+    for key in draw(st.lists(st.sampled_from(_FIELDS), max_size=4)):
+        body[key] = draw(_json)
+    text = json.dumps(body)
+    shape = draw(st.sampled_from(["json", "json", "json", "duplicate", "deep", "bad-utf8", "truncated", "empty",
+                                  "not-object", "text-plain"]))
+    if shape == "duplicate":
+        text = text[:-1] + ', "model": "other", "input": 7}'
+    elif shape == "deep":
+        depth = draw(st.integers(100, 100_000))
+        text = text[:-1] + ', "metadata": ' + "[" * depth + "]" * depth + "}"
+    elif shape == "truncated":
+        text = text[: draw(st.integers(0, max(0, len(text) - 1)))]
+    elif shape == "empty":
+        text = ""
+    elif shape == "not-object":
+        text = json.dumps(draw(_json))
+    data = text.encode("utf-8", "surrogatepass")
+    if shape == "bad-utf8":
+        data = data[:-1] + b'\xff\xfe"}'
+    return data, "text/plain" if shape == "text-plain" else "application/json"
+
+
+_RAW_PATHS = ["/v1/responses", "/v1/responses/input_tokens", "/v1/responses/compact", "/v1/conversations"]
+
+
+def run_raw(root: str, cases: int, counts: Counts) -> None:
+    @given(body=raw_bodies(), path=st.sampled_from(_RAW_PATHS))
+    @_settings(cases)
+    def one(body: tuple[bytes, str], path: str) -> None:
+        data, content_type = body
+        response = httpx.post(root + path, content=data, headers={"content-type": content_type}, timeout=60)
+        counts.check(f"POST {path} raw", response.status_code, response.headers.get("content-type", ""),
+                     response.content)
+
+    one()
+
+
+def healthy(root: str) -> bool:
+    """A normal request still gets a normal answer."""
+    response = httpx.post(f"{root}/v1/responses", json={"model": MODEL, "input": "hi"}, timeout=60)
+    return response.status_code == 200 and response.json()["status"] == "completed"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--cases", type=int, default=10_000,
+                        help="cases in all (about half from schemathesis, the rest raw)")
+    args = parser.parse_args()
+    counts = Counts()
+    with fuzz_server() as root:
+        import schemathesis
+
+        operations = sum(1 for _ in schemathesis.openapi.from_url(f"{root}/openapi.json").get_all_operations())
+        run_schemathesis(root, max(1, args.cases // 2 // (2 * operations)), counts)
+        run_raw(root, max(1, args.cases - counts.cases), counts)  # the rest, whatever schemathesis ran out of
+        still_healthy = healthy(root)
+    print(f"cases: {counts.cases}; 5xx: {counts.server_errors}; by status: {dict(sorted(counts.statuses.items()))}")
+    print(f"invariants broken: {len(counts.violations)}; healthy afterwards: {still_healthy}")
+    for violation in counts.violations[:20]:
+        print("  " + violation)
+    sys.exit(0 if not counts.violations and still_healthy else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""Fuzzing in the suite: a few hundred cases (`make fuzz` runs 10,000), every invariant checked on each."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+from tests.fuzz import Counts, fuzz_server, healthy, run_raw, run_schemathesis
+
+
+@pytest.fixture(scope="module")
+def root() -> Iterator[str]:
+    with fuzz_server() as base:
+        yield base
+
+
+def test_schemathesis_over_every_operation(root: str) -> None:
+    counts = Counts()
+    run_schemathesis(root, 15, counts)
+    assert counts.cases >= 300 and not counts.violations, "\n".join(counts.violations)
+    assert healthy(root)
+
+
+def test_raw_bodies_bent_every_way(root: str) -> None:
+    counts = Counts()
+    run_raw(root, 300, counts)
+    assert counts.cases == 300 and not counts.violations, "\n".join(counts.violations)
+    assert healthy(root)
