@@ -99,3 +99,16 @@ def test_a_client_that_stops_reading_has_its_stream_ended() -> None:
 
     asyncio.run(scenario())
     assert closed.is_set()
+
+
+def test_a_lone_surrogate_is_a_400_and_a_pair_is_text(limited: Harness, tokenizer: Any) -> None:
+    """Found by `make fuzz`: tokenizers cannot encode a lone surrogate, which was a 500."""
+    for stream in ("false", "true"):
+        body = '{"model": "%s", "stream": %s, "input": "bad \\ud800 half"}' % (MODEL, stream)
+        response = httpx.post(f"{limited.base_url}/responses", content=body, timeout=30,
+                              headers={"content-type": "application/json"})
+        assert response.status_code == 400 and "surrogate" in response.json()["error"]["message"]
+    limited.play(steps_from_tokens(answer_tokens(tokenizer, "ok"), cuts=[]))
+    pair = httpx.post(f"{limited.base_url}/responses", timeout=30, headers={"content-type": "application/json"},
+                      content='{"model": "%s", "input": "smile \\ud83d\\ude00"}' % MODEL)
+    assert pair.status_code == 200
