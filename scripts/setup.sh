@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
-# Creates .venv and installs responses-server with the CPU engine and test tools; reruns only when pyproject.toml changes.
+# Installs PostgreSQL's server (Debian) and creates .venv with responses-server, the CPU engine and test tools;
+# the pip part reruns only when pyproject.toml or this script changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# PostgreSQL's server, for the store tests on both backends and the two-replica test (Debian's package).
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; }
+  else
+    echo "setup: PostgreSQL's server is missing; install Debian's postgresql package (as root)" >&2
+  fi
+fi
 VENV="${VENV:-.venv}"
 PY="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"

@@ -14,6 +14,7 @@ from server.paths.model_path import check_tool_call_parser
 from server.config import ServerConfig
 from server.http.auth import api_keys
 from server.sealing import sealer_from
+from server.store.factory import open_store
 from server.store.interface import RetentionPolicy
 
 
@@ -42,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="serve recorded engine output from FILE instead of running the model")
     server.add_argument("--store", default=None, metavar="URL",
                         help="where responses are stored: sqlite:///PATH (default: sqlite in "
-                        "$RESPONSES_SERVER_DATA or ~/.local/share/responses-server), or 'none'")
+                        "$RESPONSES_SERVER_DATA or ~/.local/share/responses-server), postgresql://USER@HOST/DB "
+                        "(shared by replicas), or 'none'")
     server.add_argument("--store-max-age", type=float, default=None, metavar="SECONDS",
                         help="delete stored responses older than this")
     server.add_argument("--store-max-count", type=int, default=None, metavar="N",
@@ -123,19 +125,6 @@ def data_dir() -> Path:
     return Path(os.environ.get("RESPONSES_SERVER_DATA") or Path.home() / ".local" / "share" / "responses-server")
 
 
-def open_store(url: str | None, retention: Any) -> Any:
-    """The response store named by --store: SQLite at a path, or none."""
-    from server.store.sqlite import SqliteStore
-
-    if url == "none":
-        return None
-    if url is None:
-        return SqliteStore(data_dir() / "responses.db", retention)
-    if url.startswith("sqlite:///"):
-        return SqliteStore(Path(url[len("sqlite://"):]), retention)
-    raise ValueError(f"--store {url!r}: use sqlite:///PATH or none")
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     from server.http.app import create_app
     from server.http.graceful import serve
@@ -166,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         send_timeout_seconds=args.send_timeout,
     )
     try:
-        store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count))
+        store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count),
+                           data_dir() / "responses.db")
     except ValueError as exc:
         parser.error(str(exc))
     try:

@@ -75,3 +75,21 @@ def run_codex(codex: Path, base_url: str, model: str, tmp_path: Path, prompt: st
     return subprocess.run([str(codex), "exec", "--skip-git-repo-check", "--json", *flags, prompt],
                           cwd=work, env={**os.environ, "CODEX_HOME": str(home), "LOCAL_API_KEY": "x"},
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A real PostgreSQL server for the session (Debian's package, installed by scripts/setup.sh)."""
+    from tests.postgres import PostgresServer
+
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each store test runs on both backends: a fresh SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'responses.db'}"
+    return request.getfixturevalue("postgres").new_database()

@@ -12,15 +12,14 @@ import openai
 import pytest
 
 from server.store.interface import StoredConversation
-from server.store.sqlite import SqliteStore
 from tests.test_server import MODEL, Harness
-from tests.test_store import CALL, TOOLS, say, stateful  # noqa: F401  (the fixture)
+from tests.test_store import CALL, TOOLS, open_url, say, stateful  # noqa: F401  (the fixture)
 from tests.scripted_engine import steps_from_tokens
 
 
-def test_store_keeps_conversation_items_in_order_and_pages_them(tmp_path: Path) -> None:
+def test_store_keeps_conversation_items_in_order_and_pages_them(store_url: str) -> None:
     async def scenario() -> None:
-        store = SqliteStore(tmp_path / "c.db")
+        store = open_url(store_url)
         await store.create_conversation(StoredConversation("conv_1", 7, {"k": "v"}),
                                         [{"id": f"msg_{n}", "type": "message"} for n in range(3)])
         assert await store.add_conversation_items("conv_1", [{"id": "msg_3", "type": "message"}])
@@ -35,7 +34,7 @@ def test_store_keeps_conversation_items_in_order_and_pages_them(tmp_path: Path) 
         assert await store.conversation_item("conv_1", "msg_1") is None
         assert (await store.update_conversation("conv_1", {"a": "b"})).metadata == {"a": "b"}  # type: ignore[union-attr]
         await store.close()
-        reopened = SqliteStore(tmp_path / "c.db")
+        reopened = open_url(store_url)
         assert (await reopened.get_conversation("conv_1")).created_at == 7  # type: ignore[union-attr]
         assert await reopened.delete_conversation("conv_1")
         assert await reopened.conversation_items("conv_1", None, None, "asc") == ([], False)

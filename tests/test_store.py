@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -14,8 +15,9 @@ import pytest
 from server.http.app import create_app
 from server.http.context import ServingContext
 from server.config import ServerConfig
-from server.store.interface import RetentionPolicy, StoredResponse
-from server.store.sqlite import SqliteStore
+from server.runs.background import interrupt_with
+from server.store.factory import open_store
+from server.store.interface import ResponseStore, RetentionPolicy, StoredResponse
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.sse import events_of, parse_frames
@@ -28,18 +30,28 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</
 
 
 def record(n: int, items: int = 3, created: float | None = None, status: str = "completed") -> StoredResponse:
-    return StoredResponse(id=f"resp_{n}", created_at=created if created is not None else time.time() + n,
-                          status=status, response={"id": f"resp_{n}", "status": status, "output": []},
+    created_at = created if created is not None else time.time() + n
+    response = {"id": f"resp_{n}", "object": "response", "created_at": created_at, "model": MODEL, "status": status,
+                "output": [], "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+    return StoredResponse(id=f"resp_{n}", created_at=created_at, status=status, response=response,
                           input_items=[{"id": f"msg_{n}_{i}", "type": "message"} for i in range(items)])
 
 
-def test_store_round_trip_pagination_and_delete(tmp_path: Path) -> None:
+def open_url(url: str, retention: RetentionPolicy = RetentionPolicy()) -> ResponseStore:
+    store = open_store(url, retention, Path("unused"))
+    assert store is not None
+    return store
+
+
+def test_store_round_trip_pagination_and_delete(store_url: str) -> None:
     async def scenario() -> None:
-        store = SqliteStore(tmp_path / "r.db")
+        store = open_url(store_url)
         await store.save(record(1, items=5), events=[json.dumps({"sequence_number": n, "type": "x"}) for n in range(4)])
         got = await store.get("resp_1")
         assert got is not None and got.response["id"] == "resp_1" and len(got.input_items) == 5
         assert [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 1)] == [2, 3]
+        await store.append_events("resp_1", [json.dumps({"sequence_number": n, "type": "x"}) for n in range(3, 6)])
+        assert [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 1)] == [2, 3, 4, 5]
         page, more = await store.input_items("resp_1", None, 2, "asc")
         assert [i["id"] for i in page] == ["msg_1_0", "msg_1_1"] and more
         page, more = await store.input_items("resp_1", "msg_1_1", 10, "asc")
@@ -54,29 +66,65 @@ def test_store_round_trip_pagination_and_delete(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-def test_concurrent_writers_and_restart(tmp_path: Path) -> None:
+def running(n: int, owner: str, lease_expires_at: float) -> StoredResponse:
+    return replace(record(n, status="in_progress"), background=True, owner=owner, lease_expires_at=lease_expires_at)
+
+
+def test_concurrent_writers_and_a_restart_fails_only_what_is_no_longer_running(store_url: str) -> None:
+    now = time.time()
+
     async def write_all() -> None:
-        store = SqliteStore(tmp_path / "r.db")
+        store = open_url(store_url)
         await asyncio.gather(*(store.save(record(n)) for n in range(64)))
-        await store.save(record(100, status="in_progress"))
+        await store.save(running(100, "replica-a", now + 60), events=[json.dumps({"sequence_number": 0, "type": "x"})])
+        await store.save(running(101, "replica-b", now - 1))  # b stopped renewing: its lease expired
+        await store.save(running(102, "replica-c", now + 60))  # c is alive
         await store.close()
 
     async def reopen() -> None:
-        store = SqliteStore(tmp_path / "r.db")
+        store = open_url(store_url)  # replica-a restarts
         assert all([await store.get(f"resp_{n}") for n in range(64)])
-        assert await store.mark_interrupted("server restarted") == 1
+        failed = await store.fail_interrupted(now, interrupt_with("server restarted"), restarted_owner="replica-a")
+        assert sorted(failed) == ["resp_100", "resp_101"]
         interrupted = await store.get("resp_100")
         assert interrupted is not None and interrupted.status == "failed"
         assert interrupted.response["error"]["message"] == "server restarted"
+        ending = [json.loads(e) for e in await store.events_after("resp_100", 0)]  # followers see it end
+        assert [(e["type"], e["sequence_number"], e["response"]["status"]) for e in ending] == [
+            ("response.failed", 1, "failed")]
+        alive = await store.get("resp_102")
+        assert alive is not None and alive.status == "in_progress"
+        assert await store.fail_interrupted(now + 61, interrupt_with("gone")) == ["resp_102"]  # until it expires
         await store.close()
 
     asyncio.run(write_all())
     asyncio.run(reopen())
 
 
-def test_retention_by_age_and_count(tmp_path: Path) -> None:
+def test_leases_renew_and_cancel_requests_reach_their_owner(store_url: str) -> None:
+    now = time.time()
+
     async def scenario() -> None:
-        store = SqliteStore(tmp_path / "r.db", RetentionPolicy(max_age_seconds=3600, max_count=3))
+        store = open_url(store_url)
+        await store.save(running(1, "replica-a", now + 1))
+        await store.save(running(2, "replica-b", now + 1))
+        await store.save(record(3))
+        await store.renew_leases("replica-a", ["resp_1", "resp_2"], now + 100)  # only its own
+        assert await store.fail_interrupted(now + 50, interrupt_with("gone")) == ["resp_2"]
+        assert await store.cancel_requests("replica-a") == []
+        assert await store.request_cancel("resp_1")
+        assert not await store.request_cancel("resp_2")  # failed: no longer running
+        assert not await store.request_cancel("resp_3")  # not a background response
+        assert await store.cancel_requests("replica-a") == ["resp_1"]
+        assert await store.cancel_requests("replica-b") == []
+        await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_retention_by_age_and_count(store_url: str) -> None:
+    async def scenario() -> None:
+        store = open_url(store_url, RetentionPolicy(max_age_seconds=3600, max_count=3))
         await store.save(record(0, created=time.time() - 7200))
         for n in range(1, 6):
             await store.save(record(n))
@@ -90,16 +138,16 @@ def test_retention_by_age_and_count(tmp_path: Path) -> None:
 # -- through the server ----------------------------------------------------------------------
 
 
-def served(tokenizer: Any, db: Path) -> Any:
+def served(tokenizer: Any, store_url: str) -> Any:
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
-                             store=SqliteStore(db))
+                             store=open_url(store_url))
     return engine, serve_in_thread(create_app(context))
 
 
 @pytest.fixture
-def stateful(tokenizer: Any, tmp_path: Path) -> Iterator[Harness]:
-    engine, server = served(tokenizer, tmp_path / "responses.db")
+def stateful(tokenizer: Any, store_url: str) -> Iterator[Harness]:
+    engine, server = served(tokenizer, store_url)
     with server as base_url:
         yield Harness(engine, base_url)  # a fresh server (and engine) for every test
 
@@ -181,13 +229,12 @@ def test_input_items_pagination_in_both_orders(stateful: Harness, tokenizer: Any
     assert first_page.has_more and len(first_page.data) == 3
 
 
-def test_stored_responses_survive_a_restart(tokenizer: Any, tmp_path: Path) -> None:
-    db = tmp_path / "responses.db"
-    engine, server = served(tokenizer, db)
+def test_stored_responses_survive_a_restart(tokenizer: Any, store_url: str) -> None:
+    engine, server = served(tokenizer, store_url)
     engine.scripts = [say(tokenizer, "Before the restart.")]
     with server as base_url:
         first = Harness(engine, base_url).client.responses.create(model=MODEL, input="Remember me.")
-    engine, server = served(tokenizer, db)
+    engine, server = served(tokenizer, store_url)
     engine.scripts = [say(tokenizer, "After the restart.")]
     with server as base_url:
         harness = Harness(engine, base_url)

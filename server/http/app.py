@@ -10,7 +10,6 @@ from fastapi import FastAPI
 from server.http import errors, openapi
 from server.http.auth import APIKeyMiddleware
 from server.http.limits import BodySizeLimit
-from server.store.interface import StoreUnavailable
 from server.http.context import ServingContext
 from server.http.conversation_routes import router as conversation_router
 from server.http.routes import router
@@ -24,10 +23,7 @@ def create_app(context: ServingContext) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         context.start()
         if context.store is not None:
-            try:
-                await context.store.mark_interrupted("the server stopped while this response was running")
-            except StoreUnavailable:
-                pass  # the store logged why; the server serves, and stored routes answer 503 until it recovers
+            await context.background.recover(context.store)
         try:
             yield
         finally:

@@ -120,8 +120,7 @@ async def _conversation(context: ServingContext, body: ResponsesRequest) -> Resp
 
 async def _start_background(context: ServingContext, stored: StoredRun, stream: bool) -> Response:
     """Saved at once as in progress, then generated detached from this request; a stream only follows it."""
-    await stored.save()
-    live = context.background.start(stored)
+    live = await context.background.start(stored)
     if stream:
         return event_stream(stored_frames(live.follow(-1)), context.config)
     return JSONResponse(json.loads(stored.run.builder.response().to_json(indent=None)))

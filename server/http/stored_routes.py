@@ -11,7 +11,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from server.http.context import required_store, serving_context
 from server.http.errors import APIError
 from server.http.event_stream import event_stream
-from server.store.interface import ResponseStore, StoredResponse
+from server.runs.elsewhere import cancel_stored, follow_stored
+from server.store.interface import RUNNING, ResponseStore, StoredResponse
 from streaming.sse import stored_frames
 
 router = APIRouter()
@@ -37,6 +38,9 @@ async def retrieve_response(request: Request, response_id: str, stream: bool = F
     record = await _stored(store, response_id)
     if not stream:
         return record.response
+    if record.background and record.status in RUNNING:  # generating on another replica: follow its event log
+        return event_stream(stored_frames(follow_stored(store, response_id, starting_after)),
+                            serving_context(request).config)
     events = await store.events_after(response_id, starting_after)
     if not events and starting_after < 0:
         raise APIError(f"Response '{response_id}' was not streamed; it has no events to replay.", param="stream")
@@ -57,7 +61,7 @@ async def cancel_response(request: Request, response_id: str) -> Any:
     record = await _stored(store, response_id)
     if not record.background:
         raise APIError("Only background responses can be cancelled.", param="response_id")
-    return record.response  # it had already finished
+    return (await cancel_stored(store, record)).response  # running on another replica, or already finished
 
 
 def _json(response: Any) -> Any:

@@ -1,25 +1,39 @@
-"""Background responses: generation detached from the request, followable by stream, cancellable."""
+"""Background responses: generation detached from the request, followable by stream, cancellable, shared by replicas.
+
+Each one is saved at once under this replica's lease and its event log is written to the store as it grows, so any
+replica can follow it; this replica renews its leases, cancels what another replica asked to cancel, and fails the
+responses of replicas whose leases expired.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
+import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
+
+from openai.types.responses import Response, ResponseFailedEvent
 
 from server.runs.persistence import StoredRun
+from server.store.interface import Interrupt, ResponseStore, StoreUnavailable
+from streaming.sse import event_json
 
 logger = logging.getLogger(__name__)
+
+INTERRUPTED = "The server running this response stopped before it finished."
 
 
 @dataclass
 class LiveResponse:
-    """A background response while it runs: its events so far (JSON) and a signal for followers."""
+    """A background response while it runs here: its events so far (JSON) and a signal for followers."""
 
     stored: StoredRun
     events: list[str] = field(default_factory=list)
     done: bool = False
     task: asyncio.Task[None] | None = None
+    writer: asyncio.Task[None] | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def publish(self, data: str | None = None) -> None:
@@ -27,31 +41,45 @@ class LiveResponse:
             self.events.append(data)
         self._changed.set()
 
+    async def wait_beyond(self, count: int) -> None:
+        """Until more than `count` events were published, or the response ended."""
+        while len(self.events) <= count and not self.done:
+            self._changed.clear()
+            await self._changed.wait()
+
     async def follow(self, after: int) -> AsyncIterator[str]:
         """The events after sequence number `after`, then each new one until the response ends."""
         position = after + 1
         while True:
+            await self.wait_beyond(position)
             while position < len(self.events):
                 yield self.events[position]
                 position += 1
             if self.done:
                 return
-            self._changed.clear()
-            if position < len(self.events) or self.done:
-                continue
-            await self._changed.wait()
 
 
 @dataclass
 class BackgroundRuns:
-    """The background responses of this process, by id (finished ones are then read from the store)."""
+    """The background responses this replica runs, by id, and its lease on them in the store."""
 
+    owner: str = field(default_factory=lambda: f"replica-{secrets.token_hex(4)}")
+    lease_seconds: float = 30.0  # a replica that stops renewing for this long is taken for gone
+    poll_seconds: float = 0.25  # how often cancel requests from other replicas are looked for
+    clock: Callable[[], float] = time.time
     live: dict[str, LiveResponse] = field(default_factory=dict)
+    _keeper: asyncio.Task[None] | None = None
 
-    def start(self, stored: StoredRun) -> LiveResponse:
+    async def start(self, stored: StoredRun) -> LiveResponse:
+        """Save the response as in progress under this replica's lease, then generate it detached from the request."""
+        if stored.store is not None:
+            await stored.save(owner=self.owner, lease_expires_at=self.clock() + self.lease_seconds)
         live = LiveResponse(stored)
         self.live[stored.run.builder.response_id] = live
-        live.task = asyncio.get_running_loop().create_task(self._run(live))
+        loop = asyncio.get_running_loop()
+        live.task = loop.create_task(self._run(live))
+        if stored.store is not None:
+            live.writer = loop.create_task(self._write(live, stored.store))
         return live
 
     def get(self, response_id: str) -> LiveResponse | None:
@@ -79,8 +107,68 @@ class BackgroundRuns:
             live.publish()
             self.live.pop(live.stored.run.builder.response_id, None)
 
+    async def _write(self, live: LiveResponse, store: ResponseStore) -> None:
+        """Write the event log as it grows, a batch per store round trip, for followers on other replicas."""
+        written = 0
+        while True:
+            await live.wait_beyond(written)
+            if written == len(live.events):
+                return  # ended; the terminal save wrote the whole log
+            batch = live.events[written:]
+            try:
+                await store.append_events(live.stored.run.builder.response_id, batch)
+                written += len(batch)
+            except StoreUnavailable:
+                await asyncio.sleep(self.poll_seconds)  # the store logged why; the terminal save retries all
+
+    # -- the lease keeper -------------------------------------------------------------------------
+
+    async def recover(self, store: ResponseStore) -> None:
+        """On start-up: fail what this replica ran before it restarted and what replicas gone for good left, then
+        keep this replica's leases."""
+        try:
+            failed = await store.fail_interrupted(self.clock(), interrupt_with(INTERRUPTED), restarted_owner=self.owner)
+            if failed:
+                logger.warning("%d background responses were interrupted and are now failed", len(failed))
+        except StoreUnavailable:
+            pass  # the store logged why; the server serves, and stored routes answer 503 until it recovers
+        self._keeper = asyncio.get_running_loop().create_task(self._keep(store))
+
+    async def _keep(self, store: ResponseStore) -> None:
+        renew_every = max(1, round(self.lease_seconds / 3 / self.poll_seconds))
+        for tick in range(1, 1 << 62):
+            await asyncio.sleep(self.poll_seconds)
+            try:
+                if self.live:
+                    for response_id in await store.cancel_requests(self.owner):
+                        await self.cancel(response_id)
+                if tick % renew_every == 0:
+                    if self.live:
+                        await store.renew_leases(self.owner, list(self.live), self.clock() + self.lease_seconds)
+                    await store.fail_interrupted(self.clock(), interrupt_with(INTERRUPTED))
+            except StoreUnavailable:
+                pass  # logged by the store; tried again at the next tick
+
     async def shutdown(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
         for live in list(self.live.values()):
             if live.task is not None:
                 live.task.cancel()
-        await asyncio.gather(*(live.task for live in self.live.values() if live.task), return_exceptions=True)
+        tasks = [task for live in self.live.values() for task in (live.task, live.writer) if task]
+        await asyncio.gather(*tasks, *([self._keeper] if self._keeper else []), return_exceptions=True)
+
+
+def interrupt_with(message: str) -> Interrupt:
+    """How the store fails an interrupted response: status `failed` with `message`, and a `response.failed` event
+    after the last one in its log, so followers see it end."""
+
+    def interrupt(response: dict[str, object], last: int) -> tuple[dict[str, object], str | None]:
+        failed = {**response, "status": "failed", "error": {"code": "server_error", "message": message}}
+        if last < 0:
+            return failed, None
+        event = ResponseFailedEvent(type="response.failed", sequence_number=last + 1,
+                                    response=Response.model_validate(failed))
+        return failed, event_json(event)
+
+    return interrupt

@@ -70,12 +70,14 @@ class StoredRun:
                 pass  # the store logged why; the cancellation itself stands
         return out
 
-    async def save(self, log: list[str] | None = None) -> None:
+    async def save(self, log: list[str] | None = None, owner: str | None = None,
+                   lease_expires_at: float | None = None) -> None:
+        """Save the response as it is now; a background response is first saved with its owner's lease."""
         assert self.store is not None
         response = self.run.builder.response()
         await self.store.save(StoredResponse(
             id=response.id, created_at=response.created_at, status=str(response.status),
             response=response.model_dump(mode="json", by_alias=True, exclude_unset=True),
             input_items=self.input_items, previous_response_id=self.previous_response_id,
-            background=self.background,
+            background=self.background, owner=owner, lease_expires_at=lease_expires_at,
         ), events=log or None)

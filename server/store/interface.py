@@ -6,9 +6,14 @@ It is async and small, so a shared backend for several replicas can stand behind
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 Order = Literal["asc", "desc"]
+RUNNING = ("queued", "in_progress")  # the statuses of a response some replica is still generating
+
+# Given an interrupted response's JSON and the last sequence number in its event log (-1: none), the failed response
+# and, when it has a log, the `response.failed` event that ends it (JSON): built by the runs layer, stored here.
+Interrupt = Callable[[dict[str, Any], int], tuple[dict[str, Any], str | None]]
 
 
 class StoreUnavailable(Exception):
@@ -26,6 +31,8 @@ class StoredResponse:
     input_items: list[dict[str, Any]]  # this request's input items, each with an id
     previous_response_id: str | None = None
     background: bool = False
+    owner: str | None = None  # the replica generating a background response, while it runs
+    lease_expires_at: float | None = None  # when its owner's claim lapses unless renewed
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,26 @@ class ResponseStore(Protocol):
     async def input_items(self, response_id: str, after: str | None, limit: int,
                           order: Order) -> tuple[list[dict[str, Any]], bool]: ...
 
-    async def mark_interrupted(self, message: str) -> int: ...
+    # -- background responses shared by replicas: event log written as it grows, leases, cancel requests -----
+
+    async def append_events(self, response_id: str, events: list[str]) -> None:
+        """Add events (JSON, consecutive sequence numbers) to a response's log; ones already there are kept."""
+        ...
+
+    async def renew_leases(self, owner: str, response_ids: list[str], expires_at: float) -> None: ...
+
+    async def request_cancel(self, response_id: str) -> bool:
+        """Ask the replica running a background response to cancel it; False if it is not running."""
+        ...
+
+    async def cancel_requests(self, owner: str) -> list[str]:
+        """The running responses of `owner` that some replica asked to cancel."""
+        ...
+
+    async def fail_interrupted(self, now: float, interrupt: Interrupt, restarted_owner: str | None = None) -> list[str]:
+        """Fail the running responses whose lease expired before `now` (or that `restarted_owner` held before it
+        restarted), each with `interrupt`'s response and terminal event; their ids."""
+        ...
 
     # -- conversations: items appended in order, each with an id ------------------------------
 

@@ -11,48 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from server.store.interface import Order, RetentionPolicy, StoreUnavailable, StoredConversation, StoredResponse
+from server.store.interface import (RUNNING, Interrupt, Order, RetentionPolicy, StoreUnavailable, StoredConversation,
+                                    StoredResponse)
+from server.store.migrations import migrations
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS responses (
-    id TEXT PRIMARY KEY,
-    created_at REAL NOT NULL,
-    status TEXT NOT NULL,
-    response TEXT NOT NULL,
-    previous_response_id TEXT,
-    background INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS input_items (
-    response_id TEXT NOT NULL REFERENCES responses(id) ON DELETE CASCADE,
-    position INTEGER NOT NULL,
-    item_id TEXT NOT NULL,
-    item TEXT NOT NULL,
-    PRIMARY KEY (response_id, position)
-);
-CREATE TABLE IF NOT EXISTS events (
-    response_id TEXT NOT NULL REFERENCES responses(id) ON DELETE CASCADE,
-    sequence_number INTEGER NOT NULL,
-    event TEXT NOT NULL,
-    PRIMARY KEY (response_id, sequence_number)
-);
-CREATE INDEX IF NOT EXISTS responses_by_age ON responses(created_at);
-CREATE TABLE IF NOT EXISTS conversations (
-    id TEXT PRIMARY KEY,
-    created_at INTEGER NOT NULL,
-    metadata TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS conversation_items (
-    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-    position INTEGER NOT NULL,
-    item_id TEXT NOT NULL,
-    item TEXT NOT NULL,
-    PRIMARY KEY (conversation_id, position)
-);
-CREATE UNIQUE INDEX IF NOT EXISTS conversation_items_by_id ON conversation_items(conversation_id, item_id);
-"""
 
 
 class SqliteStore:
@@ -89,26 +54,22 @@ class SqliteStore:
             self._connection.execute("PRAGMA journal_mode=WAL")
             self._connection.execute("PRAGMA synchronous=NORMAL")
             self._connection.execute("PRAGMA foreign_keys=ON")
-            self._connection.executescript(_SCHEMA)
+            _migrate(self._connection)
         with self._connection:  # one transaction per unit of work
             return work(self._connection)
 
     async def save(self, record: StoredResponse, events: list[str] | None = None) -> None:
         def write(db: sqlite3.Connection) -> None:
             db.execute(
-                "INSERT INTO responses (id, created_at, status, response, previous_response_id, background) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET status=excluded.status, "
-                "response=excluded.response",
+                "INSERT INTO responses (id, created_at, status, response, previous_response_id, background, owner, "
+                "lease_expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                "status=excluded.status, response=excluded.response",
                 (record.id, record.created_at, record.status, json.dumps(record.response),
-                 record.previous_response_id, int(record.background)))
+                 record.previous_response_id, int(record.background), record.owner, record.lease_expires_at))
             db.executemany(
                 "INSERT OR IGNORE INTO input_items (response_id, position, item_id, item) VALUES (?, ?, ?, ?)",
                 [(record.id, n, item["id"], json.dumps(item)) for n, item in enumerate(record.input_items)])
-            if events:
-                first = _sequence_number(events[0])
-                db.executemany(
-                    "INSERT OR IGNORE INTO events (response_id, sequence_number, event) VALUES (?, ?, ?)",
-                    [(record.id, first + n, event) for n, event in enumerate(events)])
+            _insert_events(db, record.id, events or [])
             self._enforce_retention(db)
 
         await self._run(write)
@@ -138,19 +99,38 @@ class SqliteStore:
                           order: Order) -> tuple[list[dict[str, Any]], bool]:
         return await self._run(lambda db: _page(db, "input_items", "response_id", response_id, after, limit, order))
 
-    async def mark_interrupted(self, message: str) -> int:
-        """On start-up: responses that were running when the server stopped are failed, with why."""
+    async def append_events(self, response_id: str, events: list[str]) -> None:
+        await self._run(lambda db: _insert_events(db, response_id, events))
 
-        def mark(db: sqlite3.Connection) -> int:
-            rows = db.execute("SELECT id, response FROM responses WHERE status IN ('queued', 'in_progress')").fetchall()
+    async def renew_leases(self, owner: str, response_ids: list[str], expires_at: float) -> None:
+        await self._run(lambda db: db.executemany(
+            "UPDATE responses SET lease_expires_at = ? WHERE id = ? AND owner = ?",
+            [(expires_at, response_id, owner) for response_id in response_ids]))
+
+    async def request_cancel(self, response_id: str) -> bool:
+        return await self._run(lambda db: db.execute(
+            f"UPDATE responses SET cancel_requested = 1 WHERE id = ? AND background AND status IN {RUNNING}",
+            (response_id,)).rowcount > 0)
+
+    async def cancel_requests(self, owner: str) -> list[str]:
+        return await self._run(lambda db: [response_id for (response_id,) in db.execute(
+            f"SELECT id FROM responses WHERE owner = ? AND cancel_requested AND status IN {RUNNING}", (owner,))])
+
+    async def fail_interrupted(self, now: float, interrupt: Interrupt, restarted_owner: str | None = None) -> list[str]:
+        def fail(db: sqlite3.Connection) -> list[str]:
+            rows = db.execute(f"SELECT id, response FROM responses WHERE status IN {RUNNING} AND "
+                              "(lease_expires_at IS NULL OR lease_expires_at < ? OR owner = ?)",
+                              (now, restarted_owner)).fetchall()
             for response_id, text in rows:
-                response = json.loads(text)
-                response.update(status="failed", error={"code": "server_error", "message": message})
-                db.execute("UPDATE responses SET status = 'failed', response = ? WHERE id = ?",
-                           (json.dumps(response), response_id))
-            return len(rows)
+                (last,) = db.execute("SELECT COALESCE(MAX(sequence_number), -1) FROM events WHERE response_id = ?",
+                                     (response_id,)).fetchone()
+                response, event = interrupt(json.loads(text), last)
+                db.execute("UPDATE responses SET status = ?, response = ? WHERE id = ?",
+                           (response["status"], json.dumps(response), response_id))
+                _insert_events(db, response_id, [event] if event else [])
+            return [response_id for response_id, _ in rows]
 
-        return await self._run(mark)
+        return await self._run(fail)
 
     async def create_conversation(self, conversation: StoredConversation, items: list[dict[str, Any]]) -> None:
         def write(db: sqlite3.Connection) -> None:
@@ -218,6 +198,21 @@ class SqliteStore:
             self._connection.close()
             self._connection = None
         self._executor.shutdown(wait=True)
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Apply the migrations newer than the file's `user_version`, each in its own transaction."""
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    for number, script in migrations("sqlite"):
+        if number > version:
+            db.executescript(f"BEGIN; {script}; PRAGMA user_version = {number}; COMMIT;")
+
+
+def _insert_events(db: sqlite3.Connection, response_id: str, events: list[str]) -> None:
+    if events:
+        first = _sequence_number(events[0])
+        db.executemany("INSERT OR IGNORE INTO events (response_id, sequence_number, event) VALUES (?, ?, ?)",
+                       [(response_id, first + n, event) for n, event in enumerate(events)])
 
 
 def _append(db: sqlite3.Connection, conversation_id: str, items: list[dict[str, Any]]) -> None:

@@ -1,0 +1,22 @@
+"""The store named by `--store`: SQLite at a path (the embedded default), PostgreSQL at a URL, or none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from server.store.interface import ResponseStore, RetentionPolicy
+
+
+def open_store(url: str | None, retention: RetentionPolicy, default_path: Path) -> ResponseStore | None:
+    """`sqlite:///PATH`, `postgresql://...` (or `postgres://`), `none`; no URL: SQLite at `default_path`."""
+    if url == "none":
+        return None
+    if url is None or url.startswith("sqlite:///"):
+        from server.store.sqlite import SqliteStore
+
+        return SqliteStore(Path(url[len("sqlite://"):]) if url else default_path, retention)
+    if url.startswith(("postgresql://", "postgres://")):
+        from server.store.postgresql import PostgresStore
+
+        return PostgresStore(url, retention)
+    raise ValueError(f"--store {url!r}: use sqlite:///PATH, postgresql://USER@HOST/DB or none")

@@ -1,0 +1,263 @@
+"""The PostgreSQL response store: one database shared by every replica, through psycopg 3's async connection pool."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Awaitable, Callable, TypeVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from server.store.interface import (RUNNING, Interrupt, Order, RetentionPolicy, StoreUnavailable, StoredConversation,
+                                    StoredResponse)
+from server.store.migrations import migrations
+
+T = TypeVar("T")
+Connection = psycopg.AsyncConnection[Any]
+logger = logging.getLogger(__name__)
+
+_MIGRATION_LOCK = 0x7265_7370  # pg_advisory_xact_lock key: replicas starting together migrate one at a time
+_NO_LIMIT = 1 << 62
+
+
+class PostgresStore:
+    """A PostgreSQL database named by a `postgresql://` URL; its schema is migrated on first use."""
+
+    def __init__(self, url: str, retention: RetentionPolicy = RetentionPolicy(), pool_size: int = 10,
+                 connect_timeout: float = 5.0) -> None:
+        self.url = url
+        self.retention = retention
+        self._pool = AsyncConnectionPool(url, min_size=1, max_size=pool_size, timeout=connect_timeout, open=False,
+                                         kwargs={"autocommit": False, "connect_timeout": max(1, int(connect_timeout))})
+        self._pool_open = False
+        self._migrated = False
+        self._failing = False
+
+    async def _run(self, work: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run `work` in one transaction; a database or connection error is logged once and raised as StoreUnavailable."""
+        try:
+            if not self._pool_open:
+                await self._pool.open(wait=False)
+                self._pool_open = True
+            if not self._migrated:
+                async with self._pool.connection() as db:
+                    await _migrate(db)
+                self._migrated = True
+            async with self._pool.connection() as db:
+                async with db.transaction():
+                    result = await work(db)
+        except (psycopg.Error, PoolTimeout, OSError) as exc:
+            if not self._failing:
+                logger.error("the response store %s failed: %s: %s (logged once until it works again)",
+                             _redacted(self.url), type(exc).__name__, exc)
+            self._failing = True
+            raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        if self._failing:
+            logger.warning("the response store %s works again", _redacted(self.url))
+            self._failing = False
+        return result
+
+    async def save(self, record: StoredResponse, events: list[str] | None = None) -> None:
+        async def write(db: Connection) -> None:
+            await db.execute(
+                "INSERT INTO responses (id, created_at, status, response, previous_response_id, background, owner, "
+                "lease_expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+                "status = excluded.status, response = excluded.response",
+                (record.id, record.created_at, record.status, json.dumps(record.response),
+                 record.previous_response_id, record.background, record.owner, record.lease_expires_at))
+            async with db.cursor() as cursor:
+                await cursor.executemany(
+                    "INSERT INTO input_items (response_id, position, item_id, item) VALUES (%s, %s, %s, %s) "
+                    "ON CONFLICT DO NOTHING",
+                    [(record.id, n, item["id"], json.dumps(item)) for n, item in enumerate(record.input_items)])
+            await _insert_events(db, record.id, events or [])
+            await self._enforce_retention(db)
+
+        await self._run(write)
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        async def read(db: Connection) -> StoredResponse | None:
+            row = await (await db.execute(
+                "SELECT id, created_at, status, response, previous_response_id, background, owner, lease_expires_at "
+                "FROM responses WHERE id = %s", (response_id,))).fetchone()
+            if row is None:
+                return None
+            items = await (await db.execute(
+                "SELECT item FROM input_items WHERE response_id = %s ORDER BY position", (response_id,))).fetchall()
+            return StoredResponse(row[0], row[1], row[2], json.loads(row[3]), [json.loads(item) for (item,) in items],
+                                  row[4], row[5], row[6], row[7])
+
+        return await self._run(read)
+
+    async def events_after(self, response_id: str, after: int) -> list[str]:
+        return [event for (event,) in await self._rows(
+            "SELECT event FROM events WHERE response_id = %s AND sequence_number > %s ORDER BY sequence_number",
+            (response_id, after))]
+
+    async def delete(self, response_id: str) -> bool:
+        return await self._count("DELETE FROM responses WHERE id = %s", (response_id,)) > 0
+
+    async def input_items(self, response_id: str, after: str | None, limit: int,
+                          order: Order) -> tuple[list[dict[str, Any]], bool]:
+        return await self._run(lambda db: _page(db, "input_items", "response_id", response_id, after, limit, order))
+
+    async def append_events(self, response_id: str, events: list[str]) -> None:
+        await self._run(lambda db: _insert_events(db, response_id, events))
+
+    async def renew_leases(self, owner: str, response_ids: list[str], expires_at: float) -> None:
+        await self._count("UPDATE responses SET lease_expires_at = %s WHERE owner = %s AND id = ANY(%s)",
+                          (expires_at, owner, response_ids))
+
+    async def request_cancel(self, response_id: str) -> bool:
+        return await self._count(f"UPDATE responses SET cancel_requested = TRUE WHERE id = %s AND background "
+                                 f"AND status IN {RUNNING}", (response_id,)) > 0
+
+    async def cancel_requests(self, owner: str) -> list[str]:
+        return [response_id for (response_id,) in await self._rows(
+            f"SELECT id FROM responses WHERE owner = %s AND cancel_requested AND status IN {RUNNING}", (owner,))]
+
+    async def fail_interrupted(self, now: float, interrupt: Interrupt, restarted_owner: str | None = None) -> list[str]:
+        async def fail(db: Connection) -> list[str]:
+            rows = await (await db.execute(
+                f"SELECT id, response FROM responses WHERE status IN {RUNNING} AND (lease_expires_at IS NULL "
+                "OR lease_expires_at < %s OR owner = %s) FOR UPDATE SKIP LOCKED", (now, restarted_owner))).fetchall()
+            for response_id, text in rows:
+                (last,) = await (await db.execute(
+                    "SELECT COALESCE(MAX(sequence_number), -1) FROM events WHERE response_id = %s",
+                    (response_id,))).fetchone() or (-1,)
+                response, event = interrupt(json.loads(text), last)
+                await db.execute("UPDATE responses SET status = %s, response = %s WHERE id = %s",
+                                 (response["status"], json.dumps(response), response_id))
+                await _insert_events(db, response_id, [event] if event else [])
+            return [response_id for response_id, _ in rows]
+
+        return await self._run(fail)
+
+    async def create_conversation(self, conversation: StoredConversation, items: list[dict[str, Any]]) -> None:
+        async def write(db: Connection) -> None:
+            await db.execute("INSERT INTO conversations (id, created_at, metadata) VALUES (%s, %s, %s)",
+                             (conversation.id, conversation.created_at, json.dumps(conversation.metadata)))
+            await _append(db, conversation.id, items)
+
+        await self._run(write)
+
+    async def get_conversation(self, conversation_id: str) -> StoredConversation | None:
+        rows = await self._rows("SELECT id, created_at, metadata FROM conversations WHERE id = %s", (conversation_id,))
+        return StoredConversation(rows[0][0], rows[0][1], json.loads(rows[0][2])) if rows else None
+
+    async def update_conversation(self, conversation_id: str, metadata: dict[str, str]) -> StoredConversation | None:
+        rows = await self._rows("UPDATE conversations SET metadata = %s WHERE id = %s RETURNING id, created_at, metadata",
+                                (json.dumps(metadata), conversation_id))
+        return StoredConversation(rows[0][0], rows[0][1], json.loads(rows[0][2])) if rows else None
+
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        return await self._count("DELETE FROM conversations WHERE id = %s", (conversation_id,)) > 0
+
+    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]]) -> bool:
+        async def write(db: Connection) -> bool:
+            found = await (await db.execute("SELECT 1 FROM conversations WHERE id = %s FOR UPDATE",
+                                            (conversation_id,))).fetchone()
+            if found is None:
+                return False
+            await _append(db, conversation_id, items)
+            return True
+
+        return await self._run(write)
+
+    async def conversation_items(self, conversation_id: str, after: str | None, limit: int | None,
+                                 order: Order) -> tuple[list[dict[str, Any]], bool]:
+        return await self._run(lambda db: _page(db, "conversation_items", "conversation_id", conversation_id,
+                                                after, limit, order))
+
+    async def conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None:
+        rows = await self._rows("SELECT item FROM conversation_items WHERE conversation_id = %s AND item_id = %s",
+                                (conversation_id, item_id))
+        return json.loads(rows[0][0]) if rows else None
+
+    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
+        return await self._count("DELETE FROM conversation_items WHERE conversation_id = %s AND item_id = %s",
+                                 (conversation_id, item_id)) > 0
+
+    async def close(self) -> None:
+        if self._pool_open:
+            await self._pool.close()
+            self._pool_open = False
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    async def _rows(self, sql: str, parameters: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        async def read(db: Connection) -> list[tuple[Any, ...]]:
+            return await (await db.execute(sql, parameters)).fetchall()
+
+        return await self._run(read)
+
+    async def _count(self, sql: str, parameters: tuple[Any, ...]) -> int:
+        async def write(db: Connection) -> int:
+            return (await db.execute(sql, parameters)).rowcount
+
+        return await self._run(write)
+
+    async def _enforce_retention(self, db: Connection) -> None:
+        if self.retention.max_age_seconds is not None:
+            await db.execute("DELETE FROM responses WHERE created_at < %s",
+                             (time.time() - self.retention.max_age_seconds,))
+        if self.retention.max_count is not None:
+            await db.execute("DELETE FROM responses WHERE id IN (SELECT id FROM responses ORDER BY created_at DESC "
+                             "OFFSET %s)", (self.retention.max_count,))
+
+
+async def _migrate(db: Connection) -> None:
+    """Apply the migrations newer than the database's version, under a lock so replicas starting together agree."""
+    async with db.transaction():
+        await db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        await db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+                         "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+        (version,) = await (await db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations")).fetchone() or (0,)
+        for number, script in migrations("postgresql"):
+            if number > version:
+                await db.execute(script)  # several statements: without parameters, sent as one simple query
+                await db.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (number,))
+
+
+async def _insert_events(db: Connection, response_id: str, events: list[str]) -> None:
+    if events:
+        first = int(json.loads(events[0])["sequence_number"])
+        async with db.cursor() as cursor:
+            await cursor.executemany(
+                "INSERT INTO events (response_id, sequence_number, event) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                [(response_id, first + n, event) for n, event in enumerate(events)])
+
+
+async def _append(db: Connection, conversation_id: str, items: list[dict[str, Any]]) -> None:
+    """Items after the last (the caller holds the conversation's row lock); an id already there is not added twice."""
+    (last,) = await (await db.execute(
+        "SELECT COALESCE(MAX(position), -1) FROM conversation_items WHERE conversation_id = %s",
+        (conversation_id,))).fetchone() or (-1,)
+    async with db.cursor() as cursor:
+        await cursor.executemany(
+            "INSERT INTO conversation_items (conversation_id, position, item_id, item) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT DO NOTHING",
+            [(conversation_id, last + 1 + n, item["id"], json.dumps(item)) for n, item in enumerate(items)])
+
+
+async def _page(db: Connection, table: str, owner_column: str, owner: str, after: str | None, limit: int | None,
+                order: Order) -> tuple[list[dict[str, Any]], bool]:
+    """Items of one owner in position order, after the item `after`; `limit` None reads them all."""
+    direction, compare = ("ASC", ">") if order == "asc" else ("DESC", "<")
+    start = ""
+    parameters: list[Any] = [owner]
+    if after is not None:
+        start = f" AND position {compare} (SELECT position FROM {table} WHERE {owner_column} = %s AND item_id = %s)"
+        parameters += [owner, after]
+    rows = await (await db.execute(
+        f"SELECT item FROM {table} WHERE {owner_column} = %s{start} ORDER BY position {direction} LIMIT %s",
+        (*parameters, _NO_LIMIT if limit is None else limit + 1))).fetchall()
+    cut = len(rows) if limit is None else limit
+    return [json.loads(item) for (item,) in rows[:cut]], len(rows) > cut
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password, for logs."""
+    return psycopg.conninfo.make_conninfo(url, password="***") if "@" in url else url
