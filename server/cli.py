@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -49,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="delete stored responses older than this")
     server.add_argument("--store-max-count", type=int, default=None, metavar="N",
                         help="keep at most the newest N stored responses")
+    server.add_argument("--replica-id", default=None, metavar="NAME",
+                        help="this replica's name in a shared store, unique among replicas and kept across restarts "
+                        "(default: HOSTNAME:PORT); a replica that restarts fails the background responses it ran")
+    server.add_argument("--lease-seconds", type=float, default=30.0, metavar="SECONDS",
+                        help="background responses of a replica that stops renewing its lease for this long are "
+                        "failed by the others (default 30)")
     server.add_argument("--reasoning-key", default=os.environ.get("RESPONSES_SERVER_REASONING_KEY"),
                         metavar="SECRET[,SECRET...]",
                         help="secrets that seal reasoning as encrypted_content (the first seals, all open); default: "
@@ -129,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from server.http.app import create_app
     from server.http.graceful import serve
     from server.http.context import ServingContext
+    from server.runs.background import BackgroundRuns
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
@@ -163,7 +171,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         sealer = sealer_from(args.reasoning_key, data_dir())
     except ValueError as exc:
         parser.error(str(exc))
-    context = ServingContext(config=config, engine_factory=engine_factory(args), store=store, sealer=sealer)
+    background = BackgroundRuns(owner=args.replica_id or f"{socket.gethostname()}:{args.port}",
+                                lease_seconds=args.lease_seconds)
+    context = ServingContext(config=config, engine_factory=engine_factory(args), store=store, sealer=sealer,
+                             background=background)
     app = create_app(context)
     print(f"[responses-server] serving '{config.served_model_name}' on http://{args.host}:{args.port}/v1",
           file=sys.stderr, flush=True)
