@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="delete stored responses older than this")
     server.add_argument("--store-max-count", type=int, default=None, metavar="N",
                         help="keep at most the newest N stored responses")
+    server.add_argument("--metrics-need-key", action="store_true",
+                        help="/metrics needs the API key too (by default scrapers read it without one)")
     server.add_argument("--replica-id", default=None, metavar="NAME",
                         help="this replica's name in a shared store, unique among replicas and kept across restarts "
                         "(default: HOSTNAME:PORT); a replica that restarts fails the background responses it ran")
@@ -154,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     config = ServerConfig(
         served_model_name=served_name(args),
         api_keys=keys,
+        metrics_need_key=args.metrics_need_key,
         keepalive_seconds=args.keepalive_interval,
         reasoning_parser=args.reasoning_parser or None,
         tool_call_parser=args.tool_call_parser,

@@ -11,6 +11,7 @@ class ServerConfig:
 
     served_model_name: str
     api_keys: tuple[str, ...] = ()  # any of them is accepted; none: no key needed
+    metrics_need_key: bool = False  # /metrics is open to scrapers unless this is set
     keepalive_seconds: float = 15.0
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None

@@ -219,3 +219,11 @@ def test_three_turns_across_a_restart(live: RunningServer, tmp_path: Path) -> No
         assert [item.type for item in items.data] == ["function_call", "function_call_output"]
     finally:
         restarted.stop()
+
+
+def test_metrics_show_ours_and_vllms(live: RunningServer) -> None:
+    live.client.responses.create(model=MODEL, input=QUESTION, temperature=0, max_output_tokens=8)
+    text = httpx.get(f"http://127.0.0.1:{live.port}/metrics", timeout=10).text
+    ours = [line for line in text.splitlines() if line.startswith("responses_server_responses_total{")]
+    assert ours and all(float(line.rsplit(" ", 1)[1]) >= 1 for line in ours)
+    assert "vllm:generation_tokens_total" in text and "vllm:time_to_first_token_seconds_bucket" in text

@@ -7,8 +7,8 @@ from typing import AsyncIterator
 
 from fastapi import FastAPI
 
-from server.http import errors, openapi
-from server.http.auth import APIKeyMiddleware
+from server.http import errors, instrumentation, openapi
+from server.http.auth import OPEN_PATHS, APIKeyMiddleware
 from server.http.limits import BodySizeLimit
 from server.http.context import ServingContext
 from server.http.conversation_routes import router as conversation_router
@@ -36,7 +36,9 @@ def create_app(context: ServingContext) -> FastAPI:
     app = FastAPI(title="responses-server", lifespan=lifespan)
     app.state.context = context
     app.add_middleware(BodySizeLimit, max_bytes=context.config.max_body_bytes)
-    app.add_middleware(APIKeyMiddleware, keys=context.config.api_keys)  # added last: runs first
+    open_paths = OPEN_PATHS - {"/metrics"} if context.config.metrics_need_key else OPEN_PATHS
+    app.add_middleware(APIKeyMiddleware, keys=context.config.api_keys, open_paths=open_paths)
+    instrumentation.install(app)  # its middleware is added last, so it runs first and sees every answer
     errors.install(app)
     openapi.install(app)
     app.include_router(router)

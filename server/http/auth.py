@@ -1,4 +1,4 @@
-"""API keys: every route but `/health` needs `Authorization: Bearer KEY` when keys are set, checked in constant time."""
+"""API keys: every route but `/health` and `/metrics` (unless asked) needs `Authorization: Bearer KEY` when keys are set, checked in constant time."""
 
 from __future__ import annotations
 
@@ -6,26 +6,25 @@ import hmac
 from pathlib import Path
 from typing import Any
 
-from fastapi.responses import JSONResponse
 
 from server.http.errors import APIError
 
-OPEN_PATHS = frozenset({"/health"})  # load balancers probe it without a key
+OPEN_PATHS = frozenset({"/health", "/metrics"})  # load balancers and scrapers come without a key
 
 
 class APIKeyMiddleware:
     """An ASGI middleware in front of the whole app, so routes added later are covered too."""
 
-    def __init__(self, app: Any, keys: tuple[str, ...]) -> None:
+    def __init__(self, app: Any, keys: tuple[str, ...], open_paths: frozenset[str] = OPEN_PATHS) -> None:
         self.app = app
         self._keys = tuple(key.encode() for key in keys)
+        self._open_paths = open_paths
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and self._keys and scope["path"] not in OPEN_PATHS:
+        if scope["type"] == "http" and self._keys and scope["path"] not in self._open_paths:
             if not self._accepts(_authorization(scope)):
                 error = APIError("Incorrect API key provided.", status=401, code="invalid_api_key")
-                response = JSONResponse(error.body(), status_code=401, headers={"WWW-Authenticate": "Bearer"})
-                await response(scope, receive, send)
+                await error.response({"WWW-Authenticate": "Bearer"})(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 

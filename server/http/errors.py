@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from server.metrics import CLIENT_ERRORS
 from server.store.interface import StoreUnavailable
 
 
@@ -41,6 +42,12 @@ class APIError(Exception):
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
+    def response(self, headers: dict[str, str] | None = None) -> JSONResponse:
+        """The JSON answer; a 4xx is counted by its code in the metrics."""
+        if 400 <= self.status < 500:
+            CLIENT_ERRORS.labels(str(self.status), self.code or self.type).inc()
+        return JSONResponse(self.body(), status_code=self.status, headers=headers or self.headers)
+
 
 def from_validation_error(exc: ValidationError | RequestValidationError, prefix: str = "") -> APIError:
     """The most specific problem pydantic found, with its location as `param` (e.g. `input[0].content`).
@@ -68,30 +75,30 @@ def _is_union_tag(part: Any) -> bool:
 
 async def api_error_handler(request: Request, exc: APIError) -> JSONResponse:
     logger.info("%s %s -> %d %s", request.method, request.url.path, exc.status, exc.message)
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    return exc.response()
 
 
 async def validation_error_handler(_: Request, exc: RequestValidationError) -> JSONResponse:
     error = from_validation_error(exc)
-    return JSONResponse(error.body(), status_code=error.status)
+    return error.response()
 
 
 async def http_error_handler(_: Request, exc: StarletteHTTPException) -> JSONResponse:
     kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
     error = APIError(str(exc.detail), status=exc.status_code, type=kind)
-    return JSONResponse(error.body(), status_code=exc.status_code)
+    return error.response()
 
 
 async def store_unavailable_handler(_: Request, exc: StoreUnavailable) -> JSONResponse:
     error = APIError("The response store is unavailable; try again shortly.", status=503, type="server_error",
                      code="store_unavailable")
-    return JSONResponse(error.body(), status_code=503, headers={"Retry-After": "5"})
+    return error.response({"Retry-After": "5"})
 
 
 async def unexpected_error_handler(request: Request, exc: Exception) -> JSONResponse:
     logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     error = APIError(f"Internal server error: {type(exc).__name__}", status=500, type="server_error")
-    return JSONResponse(error.body(), status_code=500)
+    return error.response()
 
 
 def install(app: Any) -> None:

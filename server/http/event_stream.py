@@ -9,6 +9,7 @@ from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
 
 from server.config import ServerConfig
+from server.metrics import ACTIVE_STREAMS
 from streaming.sse import SEPARATOR, keepalive_comment
 
 logger = logging.getLogger(__name__)
@@ -20,7 +21,8 @@ class EventStream(EventSourceResponse):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            with ACTIVE_STREAMS.track_inprogress():
+                await super().__call__(scope, receive, send)
         except SendTimeoutError:
             logger.info("%s %s: the client stopped reading for %ss; its stream was ended",
                         scope.get("method"), scope.get("path"), self.send_timeout)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi.responses import JSONResponse
 
 from server.http.errors import APIError
 
@@ -54,4 +53,4 @@ class BodySizeLimit:
     async def _refuse(self, scope: Any, receive: Any, send: Any) -> None:
         error = APIError(f"The request body is larger than this server accepts ({self.max_bytes} bytes).",
                          status=413, code="request_too_large")
-        await JSONResponse(error.body(), status_code=413)(scope, receive, send)
+        await error.response()(scope, receive, send)

@@ -109,8 +109,9 @@ async def _prepare_stored_run(context: ServingContext, body: ResponsesRequest) -
     link = ConversationLink(context.store, body.conversation) if body.conversation and context.store else None
     input_items = stored_input_items(body, context.ids) if store is not None or link is not None else []
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
+    mode = "background" if body.background else "stream" if body.stream else "json"
     return StoredRun(run, store, input_items, body.previous_response_id, keep_event_log=keep_log,
-                     background=body.background, conversation=link)
+                     background=body.background, conversation=link, mode=mode)
 
 
 async def _conversation(context: ServingContext, body: ResponsesRequest) -> ResponsesRequest:

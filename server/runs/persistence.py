@@ -3,16 +3,49 @@ and its input and output added to its conversation."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from openai.types.responses import ResponseStreamEvent
 
+from server.metrics import CLIENT_DISCONNECTS, OUTPUT_TOKENS, RESPONSE_DURATION, RESPONSES, TIME_TO_FIRST_TOKEN
 from server.runs.generation import ResponseRun
 from server.store.interface import ResponseStore, StoreUnavailable, StoredResponse
 from streaming.sse import event_json
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+FIRST_OUTPUT_EVENTS = frozenset({"response.output_text.delta", "response.reasoning_text.delta",
+                                 "response.function_call_arguments.delta", "response.refusal.delta"})
+
+
+@dataclass
+class RunTiming:
+    """A run's metrics: time to its first output delta, its duration, its tokens and how it ended."""
+
+    mode: str
+    started: float = field(default_factory=time.monotonic)
+    first_output: bool = False
+    finished: bool = False
+
+    def observe(self, event_type: str) -> None:
+        if not self.first_output and event_type in FIRST_OUTPUT_EVENTS:
+            self.first_output = True
+            TIME_TO_FIRST_TOKEN.observe(time.monotonic() - self.started)
+
+    def ended(self, status: str, output_tokens: int) -> None:
+        self.finished = True
+        RESPONSES.labels(status, self.mode).inc()
+        RESPONSE_DURATION.observe(time.monotonic() - self.started)
+        OUTPUT_TOKENS.inc(output_tokens)
+
+    def gone(self, background: bool, output_tokens: int) -> None:
+        """The iteration was cancelled before the end: by a background cancel, or because the client went away."""
+        if not self.finished:
+            OUTPUT_TOKENS.inc(output_tokens)
+            if not background:
+                CLIENT_DISCONNECTS.inc()
 
 
 @dataclass(frozen=True)
@@ -34,17 +67,25 @@ class StoredRun:
     keep_event_log: bool = True
     background: bool = False
     conversation: ConversationLink | None = None
+    mode: str = "json"  # how the client asked: stream, json or background (a metrics label)
     _log: list[str] = field(default_factory=list)  # the events' JSON so far, when kept
 
     async def events(self) -> AsyncIterator[tuple[ResponseStreamEvent, str]]:
         """Each event with its JSON (encoded once, for the wire and the log)."""
-        async for event in self.run.events():
-            data = event_json(event)
-            if self.keep_event_log:
-                self._log.append(data)
-            if event.type in TERMINAL_EVENTS:
-                await self._finish()  # before the client can see the end and ask for the response
-            yield event, data
+        timing = RunTiming(self.mode)
+        try:
+            async for event in self.run.events():
+                data = event_json(event)
+                if self.keep_event_log:
+                    self._log.append(data)
+                timing.observe(event.type)
+                if event.type in TERMINAL_EVENTS:
+                    timing.ended(str(self.run.builder.response().status), self.run.output_tokens)
+                    await self._finish()  # before the client can see the end and ask for the response
+                yield event, data
+        except (asyncio.CancelledError, GeneratorExit):
+            timing.gone(self.background, self.run.output_tokens)
+            raise
 
     async def _finish(self) -> None:
         """Save the response and add it to its conversation; a store that fails (it logs why) does not keep the
@@ -63,6 +104,8 @@ class StoredRun:
     async def cancelled(self) -> list[tuple[ResponseStreamEvent, str]]:
         """After the run's iteration was cancelled: its terminal event, saved (status `cancelled`)."""
         out = [(event, event_json(event)) for event in self.run.cancelled()]
+        if out:
+            RESPONSES.labels("cancelled", self.mode).inc()
         if self.store is not None and out:
             try:
                 await self.save(self._log + [data for _, data in out])

@@ -5,18 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from server.store.interface import ResponseStore, RetentionPolicy
+from server.store.measured import MeasuredStore
 
 
 def open_store(url: str | None, retention: RetentionPolicy, default_path: Path) -> ResponseStore | None:
-    """`sqlite:///PATH`, `postgresql://...` (or `postgres://`), `none`; no URL: SQLite at `default_path`."""
+    """Timed into the store latency histogram. `sqlite:///PATH`, `postgresql://...` (or `postgres://`), `none`; no URL: SQLite at `default_path`."""
     if url == "none":
         return None
     if url is None or url.startswith("sqlite:///"):
         from server.store.sqlite import SqliteStore
 
-        return SqliteStore(Path(url[len("sqlite://"):]) if url else default_path, retention)
+        return MeasuredStore(SqliteStore(Path(url[len("sqlite://"):]) if url else default_path, retention), "sqlite")
     if url.startswith(("postgresql://", "postgres://")):
         from server.store.postgresql import PostgresStore
 
-        return PostgresStore(url, retention)
+        return MeasuredStore(PostgresStore(url, retention), "postgresql")
     raise ValueError(f"--store {url!r}: use sqlite:///PATH, postgresql://USER@HOST/DB or none")

@@ -1,0 +1,38 @@
+"""Prometheus metrics of the server, in the same registry as vLLM's engine metrics; served at `/metrics`."""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, multiprocess
+
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80)
+_DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
+_STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+HTTP_REQUESTS = Counter("responses_server_http_requests", "HTTP requests answered, by method, route and status code",
+                        ["method", "route", "status"])
+CLIENT_ERRORS = Counter("responses_server_client_errors", "4xx answers, by status and OpenAI error code (or type)",
+                        ["status", "code"])
+RESPONSES = Counter("responses_server_responses", "Responses that ended, by terminal status and how they were asked "
+                    "for (stream, json, background)", ["status", "mode"])
+TIME_TO_FIRST_TOKEN = Histogram("responses_server_time_to_first_token_seconds",
+                                "From the start of a response to its first output delta", buckets=_LATENCY_BUCKETS)
+RESPONSE_DURATION = Histogram("responses_server_response_duration_seconds",
+                              "From the start of a response to its terminal event", buckets=_DURATION_BUCKETS)
+OUTPUT_TOKENS = Counter("responses_server_output_tokens", "Tokens generated for responses")
+ACTIVE_STREAMS = Gauge("responses_server_active_streams", "SSE streams open now")
+CLIENT_DISCONNECTS = Counter("responses_server_client_disconnects",
+                             "Responses whose client went away before the end (their engine requests were aborted)")
+STORE_SECONDS = Histogram("responses_server_store_operation_seconds", "Response store calls, by backend and operation",
+                          ["backend", "operation"], buckets=_STORE_BUCKETS)
+
+
+def metrics_registry() -> CollectorRegistry:
+    """The registry `/metrics` serves: the process's, where vLLM registers its engine metrics too (or, when vLLM
+    runs several API processes, the collector over their shared directory, as `vllm serve` does)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+    return REGISTRY
