@@ -33,6 +33,9 @@ class IncrementalDecoder:
 
     def decode_step(self, token_ids: Sequence[int]) -> tuple[str, list[int]]:
         """The step's text and, for each token, where its text ends in it (a held-back token ends where it began)."""
+        if len(token_ids) == 1:  # the common step
+            piece = self._decode_one(token_ids[0])
+            return piece, [len(piece)]
         pieces = [self._decode_one(token_id) for token_id in token_ids]
         ends, total = [], 0
         for piece in pieces:

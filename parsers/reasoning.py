@@ -52,6 +52,12 @@ class ThinkingParser:
 
     def feed(self, token_ids: Sequence[int], text: str, token_ends: Sequence[int] | None = None) -> list[Delta]:
         """Split the step token by token, so reasoning tokens are counted exactly under any step grouping."""
+        if not (self._at_start or self._after_reasoning or self._scanner.held):  # the per-token fast paths
+            if not self.in_reasoning:
+                return [OutputText(text)] if text else []  # reasoning is over: all the rest is answer
+            if "<" not in text:  # no tag in it, nor the start of one
+                self.reasoning_tokens += len(token_ids)
+                return [ReasoningText(text)] if text else []
         if token_ends is None or len(token_ends) != len(token_ids):
             token_ends = [len(text)] * len(token_ids)  # no per-token offsets: the step counts as its last token
         deltas: list[Delta] = []
@@ -62,8 +68,9 @@ class ThinkingParser:
             if was_reasoning or self.in_reasoning:  # the tokens that open and close reasoning count too
                 self.reasoning_tokens += 1
             start = end
-        deltas += self._split(text[start:])
-        return merge_adjacent(deltas)
+        if start < len(text):
+            deltas += self._split(text[start:])
+        return merge_adjacent(deltas) if len(deltas) > 1 else deltas
 
     def finish(self) -> list[Delta]:
         return self._emit(self._scanner.flush())

@@ -18,8 +18,10 @@ class TagScanner:
         With no tag found, the text that cannot be the start of a tag is returned and the rest held.
         The caller feeds `after` back in (with the tags of its new state) via `scan(after, ...)`.
         """
-        buffer = self.held + text
+        buffer = self.held + text if self.held else text
         self.held = ""
+        if not any(tag[0] in buffer for tag in tags):  # the common case: no tag, nor the start of one
+            return buffer, None, ""
         first, found = len(buffer), None
         for tag in tags:
             at = buffer.find(tag)

@@ -11,26 +11,36 @@ from sse_starlette import ServerSentEvent
 SEPARATOR = "\n"
 
 
-def encode_event(event: ResponseStreamEvent, data: str | None = None) -> ServerSentEvent:
+def encode_event(event: ResponseStreamEvent, data: str | None = None) -> bytes:
     """The SSE frame for one event (written to the wire in a single send by sse-starlette).
 
     `data` is the event's JSON when the caller already has it.
     """
-    return ServerSentEvent(data=data if data is not None else event_json(event), event=event.type, sep=SEPARATOR)
+    return sse_frame(event.type, data if data is not None else event_json(event))
 
 
-def encode_stored(data: str) -> ServerSentEvent:
+def encode_stored(data: str) -> bytes:
     """The SSE frame for an event stored as JSON (a replay from the event log)."""
-    event_type = json.loads(data)["type"]
-    return ServerSentEvent(data=data, event=event_type, sep=SEPARATOR)
+    return sse_frame(json.loads(data)["type"], data)
+
+
+def sse_frame(event_type: str, data: str) -> bytes:
+    """Exactly the bytes of sse-starlette's `ServerSentEvent(data, event=event_type, sep="\\n").encode()`, without its
+    per-line splitting: compact JSON holds no line break (it escapes them) and an event type holds none, so the frame
+    is always these two lines (tests/test_sse_frames.py checks the equality on arbitrary text)."""
+    return f"event: {event_type}\ndata: {data}\n\n".encode()
 
 
 def event_json(event: ResponseStreamEvent) -> str:
-    """Compact JSON with the API's field names; only fields the builder set are written."""
-    return event.to_json(indent=None)
+    """Compact JSON with the API's field names; only fields the builder set are written.
+
+    The same as the SDK's `event.to_json(indent=None)`, calling pydantic-core's serializer without the two Python
+    wrappers in between (this runs once per generated token).
+    """
+    return event.__pydantic_serializer__.to_json(event, by_alias=True, exclude_unset=True).decode()
 
 
-async def stored_frames(events: AsyncIterable[str]) -> AsyncIterator[ServerSentEvent]:
+async def stored_frames(events: AsyncIterable[str]) -> AsyncIterator[bytes]:
     """SSE frames for events already encoded as JSON (an event log, or a background response followed)."""
     async for data in events:
         yield encode_stored(data)

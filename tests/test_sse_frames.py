@@ -1,0 +1,29 @@
+"""The fast encoders equal what they replace: `sse_frame` gives sse-starlette's bytes, `event_json` the SDK's JSON,
+and the builder's unvalidated delta events validate as the SDK's models."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from openai.types.responses import ResponseTextDeltaEvent
+from sse_starlette import ServerSentEvent
+
+from parsers.deltas import Finished, OutputText, ReasoningText
+from streaming.builder import ResponseBuilder
+from streaming.sse import SEPARATOR, encode_event, event_json
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text())
+def test_frames_and_json_equal_sse_starlette_and_the_sdk(text: str) -> None:
+    builder = ResponseBuilder({"model": "m"})
+    events = builder.start() + builder.feed([ReasoningText(text), OutputText(text), OutputText(text + "!")])
+    events += builder.finish(Finished("stop"))
+    for event in events:
+        data = event_json(event)
+        assert data == event.to_json(indent=None)
+        assert encode_event(event, data) == ServerSentEvent(data=data, event=event.type, sep=SEPARATOR).encode()
+        assert type(event).model_validate_json(data).model_dump() == event.model_dump()
+    deltas = [e for e in events if isinstance(e, ResponseTextDeltaEvent)]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert "".join(e.delta for e in deltas) == text + text + "!" or not text
