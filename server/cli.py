@@ -52,9 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="keep at most the newest N stored responses")
     server.add_argument("--metrics-need-key", action="store_true",
                         help="/metrics needs the API key too (by default scrapers read it without one)")
-    server.add_argument("--replica-id", default=None, metavar="NAME",
+    server.add_argument("--replica-id", default=os.environ.get("RESPONSES_SERVER_REPLICA_ID"), metavar="NAME",
                         help="this replica's name in a shared store, unique among replicas and kept across restarts "
-                        "(default: HOSTNAME:PORT); a replica that restarts fails the background responses it ran")
+                        "(default: $RESPONSES_SERVER_REPLICA_ID, else HOSTNAME:PORT); a replica that restarts fails "
+                        "the background responses it ran")
     server.add_argument("--lease-seconds", type=float, default=30.0, metavar="SECONDS",
                         help="background responses of a replica that stops renewing its lease for this long are "
                         "failed by the others (default 30)")
