@@ -1,23 +1,31 @@
 """The frontend's cost per generated token on one core: incremental decoder, parser, response builder and SSE
 encoding over a synthetic output (reasoning, then text), as one stream pays it between engine steps.
 
-    .venv/bin/python bench/pipeline.py [--tokens 5000] [--repeats 5]
+    .venv/bin/python bench/pipeline.py [--tokens 5000] [--repeats 7] [--baseline GIT-REV] [--rounds 3]
 
 Prints microseconds per token (the best of the repeats: on a shared machine noise only adds), split into the
 incremental detokenizer (the tokenizers library's DecodeStream) and our parser + builder + SSE pipeline, tokens/s,
 and the ratio of the cost at 10x the length (1.0: the per-token work does not grow with the output).
+With --baseline, the same measurement of that revision's code (a temporary git worktree) alternates with this
+tree's, each in a fresh process, --rounds times; the ratio to it is what to compare across machines.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+if "--tree" in sys.argv:  # measuring another revision's code: its packages first
+    sys.path.insert(0, sys.argv[sys.argv.index("--tree") + 1])
+sys.path.insert(1, str(ROOT))
 
 
 def synthetic_ids(tokenizer: Any, tokens: int) -> list[int]:
@@ -83,12 +91,42 @@ def measure(tokens: int = 5000, repeats: int = 7) -> dict[str, float]:
             f"ratio {tokens} / {tokens // 10} tokens (1.0: no growth)": round(long / short, 3)}
 
 
+def in_process(tree: Path, tokens: int, repeats: int) -> dict[str, float]:
+    """`measure` in a fresh process (pinned to one core where possible) on the code in `tree`."""
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    output = subprocess.run([*pin, sys.executable, __file__, "--tree", str(tree), "--tokens", str(tokens), "--repeats",
+                             str(repeats)], check=True, capture_output=True, text=True).stdout
+    return json.loads(output)
+
+
+def against_baseline(revision: str, tokens: int, repeats: int, rounds: int) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as scratch:
+        baseline_tree = Path(scratch) / "baseline"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(baseline_tree), revision],
+                       check=True)
+        try:
+            runs = [(in_process(baseline_tree, tokens, repeats), in_process(ROOT, tokens, repeats))
+                    for _ in range(rounds)]
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline_tree)], check=True)
+    key = "pipeline_us_per_token"
+    before, after = min(b[key] for b, _ in runs), min(a[key] for _, a in runs)
+    return {"baseline": revision, "rounds": rounds, "before": min((b for b, _ in runs), key=lambda b: b[key]),
+            "after": min((a for _, a in runs), key=lambda a: a[key]), "pipeline before/after": round(before / after, 2)}
+
+
 def main() -> None:
     options = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_argument("--tokens", type=int, default=5000)
     options.add_argument("--repeats", type=int, default=7)
+    options.add_argument("--baseline", default=None, metavar="GIT-REV")
+    options.add_argument("--rounds", type=int, default=3)
+    options.add_argument("--tree", default=None, help=argparse.SUPPRESS)
     args = options.parse_args()
-    print(json.dumps(measure(args.tokens, args.repeats), indent=2))
+    if args.baseline:
+        print(json.dumps(against_baseline(args.baseline, args.tokens, args.repeats, args.rounds), indent=2))
+    else:
+        print(json.dumps(measure(args.tokens, args.repeats), indent=2))
 
 
 if __name__ == "__main__":

@@ -167,7 +167,7 @@ def raw_waves(model_dir: str, counts: list[int], max_tokens: int) -> list[dict[s
 
 TOOLS = [{"type": "function", "name": "read_file", "description": "Read a file of the project.",
           "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}]
-FILE = "def handler(request):\n" + "".join(f"    step_{n} = transform(request, {n})\n" for n in range(30))
+FILE = "def handler(request):\n" + "".join(f"    step_{n} = transform(request, {n})\n" for n in range(12))
 
 
 def agent_turns(port: int, model: str, turns: int, stateless: bool) -> list[dict[str, Any]]:
@@ -186,8 +186,12 @@ def agent_turns(port: int, model: str, turns: int, stateless: bool) -> list[dict
             elif previous:
                 body["previous_response_id"] = previous
             started = time.perf_counter()
-            response = client.post(url, json=body).json()
+            reply = client.post(url, json=body)
             seconds = time.perf_counter() - started
+            if reply.status_code != 200:
+                rows.append({"turn": turn, "error": reply.json()["error"]["message"]})
+                break
+            response = reply.json()
             usage = response["usage"]
             cached = (usage.get("input_tokens_details") or {}).get("cached_tokens", 0)
             rows.append({"turn": turn, "input_tokens": usage["input_tokens"], "cached_tokens": cached,
@@ -249,6 +253,8 @@ def main() -> None:
     options.add_argument("--max-tokens", type=int, default=64)
     options.add_argument("--agent-turns", type=int, default=6)
     options.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    options.add_argument("--parts", default="waves,agent,pipeline",
+                         help="what to run (comma-separated): waves (the three systems), agent, pipeline")
     args = options.parse_args()
     counts = [int(n) for n in args.streams.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -261,24 +267,32 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {}
     report: dict[str, Any] = {"model": name, "engine_flags": ENGINE_FLAGS, "max_output_tokens": args.max_tokens,
                               "machine": {"cpus": os.cpu_count()}}
-    print(f"[bench] our server at {counts} streams ...", file=sys.stderr, flush=True)
-    with Server([python, "-m", "server", "--port", "8701", "--store", "none", *ENGINE_FLAGS],
-                8701, args.out / "ours.log"):
-        results["ours"] = http_waves(8701, name, counts, args.max_tokens)
-    print("[bench] vLLM's built-in server ...", file=sys.stderr, flush=True)
-    with Server([python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--served-model-name",
-                 name, "--port", "8702", *ENGINE_FLAGS], 8702, args.out / "vllm.log"):
-        results["vllm"] = http_waves(8702, name, counts, args.max_tokens)
-    print("[bench] raw AsyncLLM ...", file=sys.stderr, flush=True)
-    results["raw"] = raw_waves(model_dir, counts, args.max_tokens)
-    print("[bench] agent workload on our server ...", file=sys.stderr, flush=True)
-    with Server([python, "-m", "server", "--port", "8703", "--store", f"sqlite:///{args.out / 'agent.db'}",
-                 *ENGINE_FLAGS], 8703, args.out / "agent.log"):
-        report["agent"] = {"previous_response_id": agent_turns(8703, name, args.agent_turns, stateless=False),
-                           "stateless_resend": agent_turns(8703, name, args.agent_turns, stateless=True)}
-    (args.out / "agent.db").unlink(missing_ok=True)
-    print("[bench] pipeline cost per token ...", file=sys.stderr, flush=True)
-    report["pipeline"] = measure()
+    parts = set(args.parts.split(","))
+    if "waves" in parts:
+        print(f"[bench] our server at {counts} streams ...", file=sys.stderr, flush=True)
+        with Server([python, "-m", "server", "--port", "8701", "--store", "none", *ENGINE_FLAGS],
+                    8701, args.out / "ours.log"):
+            results["ours"] = http_waves(8701, name, counts, args.max_tokens)
+        print("[bench] vLLM's built-in server ...", file=sys.stderr, flush=True)
+        with Server([python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--served-model-name",
+                     name, "--port", "8702", *ENGINE_FLAGS], 8702, args.out / "vllm.log"):
+            results["vllm"] = http_waves(8702, name, counts, args.max_tokens)
+        print("[bench] raw AsyncLLM ...", file=sys.stderr, flush=True)
+        results["raw"] = raw_waves(model_dir, counts, args.max_tokens)
+        (args.out / "waves.partial.json").write_text(json.dumps(results))  # kept if a later part fails
+    if "agent" in parts:
+        print("[bench] agent workload on our server ...", file=sys.stderr, flush=True)
+        with Server([python, "-m", "server", "--port", "8703", "--store", f"sqlite:///{args.out / 'agent.db'}",
+                     *ENGINE_FLAGS], 8703, args.out / "agent.log"):
+            report["agent"] = {"previous_response_id": agent_turns(8703, name, args.agent_turns, stateless=False),
+                               "stateless_resend": agent_turns(8703, name, args.agent_turns, stateless=True)}
+        (args.out / "agent.db").unlink(missing_ok=True)
+    if "pipeline" in parts:
+        print("[bench] pipeline cost per token ...", file=sys.stderr, flush=True)
+        report["pipeline"] = measure()
+    if "waves" not in parts:
+        print(json.dumps(report, indent=2))
+        return
     report["waves"] = results
     report["ratios"] = [{"streams": o["streams"], "ours/vllm tok/s": round(o["tokens_per_s"] / v["tokens_per_s"], 3),
                          "ours/raw tok/s": round(o["tokens_per_s"] / r["tokens_per_s"], 3),
@@ -287,10 +301,13 @@ def main() -> None:
     (args.out / "serving.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(results, args.out / "serving.png")
     print(table(results))
-    for mode, rows in report["agent"].items():
-        print(f"\nagent, {mode}: " + ", ".join(f"turn {r['turn']}: {r['cached_tokens']}/{r['input_tokens']} cached "
-                                               f"({r['prefix_cache_hit_ratio']:.0%}), {r['seconds']} s" for r in rows))
-    print(f"\npipeline: {json.dumps(report['pipeline'])}")
+    for mode, rows in report.get("agent", {}).items():
+        print(f"\nagent, {mode}: " + ", ".join(
+            f"turn {r['turn']}: {r['cached_tokens']}/{r['input_tokens']} cached ({r['prefix_cache_hit_ratio']:.0%}), "
+            f"{r['seconds']} s" if "error" not in r else f"turn {r['turn']}: {r['error']}" for r in rows))
+    if "pipeline" in report:
+        print(f"\npipeline: {json.dumps(report['pipeline'])}")
+    (args.out / "waves.partial.json").unlink(missing_ok=True)
     print(f"wrote {args.out / 'serving.json'} and {args.out / 'serving.png'}")
 
 

@@ -43,6 +43,8 @@ class ChatParser:
     def _tool_pass(self, deltas: list[Delta]) -> list[Delta]:
         if self.tools is None:
             return deltas
+        if len(deltas) == 1 and type(deltas[0]) is not OutputText:  # reasoning: nothing for the tool parser
+            return deltas
         out: list[Delta] = []
         for delta in deltas:
             out += self.tools.feed_text(delta.text) if isinstance(delta, OutputText) else [delta]

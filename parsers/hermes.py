@@ -26,6 +26,8 @@ class HermesToolParser:
     _call: JsonCallStreamer | None = None
 
     def feed_text(self, text: str, token_ids: Sequence[int] = ()) -> list[Delta]:
+        if self._call is None and not self._scanner.held and "<" not in text:  # the per-token fast path: plain text
+            return [OutputText(text)] if text else []
         deltas: list[Delta] = []
         while True:
             before, tag, after = self._scanner.scan(text, [CALL_END] if self._call else [CALL_START])

@@ -78,6 +78,10 @@ def _construct(model: type[pydantic.BaseModel], fields: dict[str, Any]) -> Any:
 
 
 _set = object.__setattr__
+_OTHER_DELTAS: dict[type, tuple[type[pydantic.BaseModel], str]] = {
+    Refusal: (ResponseRefusalDeltaEvent, "response.refusal.delta"),
+    ReasoningText: (ResponseReasoningTextDeltaEvent, "response.reasoning_text.delta"),
+}
 
 # Which item and content part each kind of text delta belongs to.
 _TEXT_TARGETS: dict[type, tuple[ItemKind, PartKind]] = {
@@ -170,8 +174,23 @@ class ResponseBuilder:
         """Events for a batch of deltas, in order."""
         events: list[ResponseStreamEvent] = []
         for delta in deltas:
-            events.extend(self._apply(delta))
+            item = self._continued_by(delta)
+            if item is not None:  # the per-token case: one delta event, nothing opens or closes
+                events.append(self._delta_event(item, delta))  # type: ignore[arg-type]
+            else:
+                events.extend(self._apply(delta))
         return events
+
+    def _continued_by(self, delta: Delta) -> ItemRecord | None:
+        """The open item, when `delta` is just more text for its last content part."""
+        target = _TEXT_TARGETS.get(type(delta))
+        item = self._state.open_item
+        if (target is None or item is None or self._summarize or self._state.terminal is not None
+                or self._state.pending_whitespace or not delta.text):  # type: ignore[union-attr]
+            return None
+        if item.kind != target[0] or not item.parts or item.parts[-1].kind != target[1]:
+            return None
+        return item
 
     def finish(self, finished: Finished) -> list[ResponseStreamEvent]:
         """Close what is open and emit exactly one terminal event."""
@@ -207,10 +226,6 @@ class ResponseBuilder:
             return []
         item_kind, part_kind = _TEXT_TARGETS[type(delta)]
         open_item = self._state.open_item
-        if (open_item is not None and open_item.kind == item_kind and open_item.parts
-                and open_item.parts[-1].kind == part_kind and not self._summarize):
-            self._state.pending_whitespace.clear()
-            return [self._delta_event(open_item, delta)]  # more text for the part already open: one event
         events: list[ResponseStreamEvent] = []
         if open_item is None or open_item.kind != item_kind:
             if isinstance(delta, OutputText) and not delta.text.strip():
@@ -311,20 +326,23 @@ class ResponseBuilder:
         (its fields are this builder's own strings and ints; the tests validate every event with the SDK)."""
         part = item.parts[-1]
         part.chunks.append(delta.text)
-        fields: dict[str, Any] = {"content_index": len(item.parts) - 1, "delta": delta.text, "item_id": item.id,
-                                  "output_index": item.output_index, "sequence_number": self._state.sequence_number}
-        self._state.sequence_number += 1
-        if type(delta) is OutputText:
-            if delta.logprobs:
-                part.logprobs.extend(delta.logprobs)
-            fields["logprobs"] = [delta_logprob(lp) for lp in delta.logprobs]
-            fields["type"] = "response.output_text.delta"
-            return _construct(ResponseTextDeltaEvent, fields)
-        if type(delta) is Refusal:
-            fields["type"] = "response.refusal.delta"
-            return _construct(ResponseRefusalDeltaEvent, fields)
-        fields["type"] = "response.reasoning_text.delta"
-        return _construct(ResponseReasoningTextDeltaEvent, fields)
+        state = self._state
+        sequence_number = state.sequence_number
+        state.sequence_number = sequence_number + 1
+        kind = type(delta)
+        if kind is OutputText:  # the fields in the model's order, as validation would store them
+            logprobs: list[Any] = []
+            if delta.logprobs:  # type: ignore[union-attr]
+                part.logprobs.extend(delta.logprobs)  # type: ignore[union-attr]
+                logprobs = [delta_logprob(lp) for lp in delta.logprobs]  # type: ignore[union-attr]
+            return _construct(ResponseTextDeltaEvent, {
+                "content_index": len(item.parts) - 1, "delta": delta.text, "item_id": item.id, "logprobs": logprobs,
+                "output_index": item.output_index, "sequence_number": sequence_number,
+                "type": "response.output_text.delta"})
+        model, event_type = _OTHER_DELTAS[kind]
+        return _construct(model, {"content_index": len(item.parts) - 1, "delta": delta.text, "item_id": item.id,
+                                  "output_index": item.output_index, "sequence_number": sequence_number,
+                                  "type": event_type})
 
     def _open_summary(self, item: ItemRecord) -> ResponseStreamEvent:
         """The summary of a reasoning item is its text: one summary part, streamed beside the content."""
