@@ -1,10 +1,11 @@
 # `make serve`: set up and serve the bundled model on http://127.0.0.1:8000/v1 (pass flags with ARGS="...").
 # `make test`: set up and run the whole test suite (pass pytest flags with PYTEST_ARGS="...").
-# `make bench`: the serving benchmark against the engine baseline (after setup).
+# `make bench`: ours vs vLLM's server vs raw AsyncLLM, the agent workload and the pipeline cost (after setup).
+# `make profile`: py-spy's flame graph of the per-token pipeline (bench/results/pipeline-profile.svg).
 # `make fuzz`: 10,000 fuzz cases against the API (CASES=N for another count); prints the counts.
 VENV ?= .venv
 
-.PHONY: setup serve test bench fuzz
+.PHONY: setup serve test bench fuzz profile
 CASES ?= 10000
 
 setup:
@@ -18,6 +19,9 @@ test: setup
 
 bench: setup
 	$(VENV)/bin/python bench/serving.py $(ARGS)
+
+profile: setup
+	$(VENV)/bin/py-spy record --rate 2000 -o bench/results/pipeline-profile.svg -- $(VENV)/bin/python bench/pipeline.py --repeats 20
 
 fuzz: setup
 	$(VENV)/bin/python -m tests.fuzz --cases $(CASES)
