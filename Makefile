@@ -21,7 +21,7 @@ bench: setup
 	$(VENV)/bin/python bench/serving.py $(ARGS)
 
 profile: setup
-	$(VENV)/bin/py-spy record --rate 2000 -o bench/results/pipeline-profile.svg -- $(VENV)/bin/python bench/pipeline.py --repeats 20
+	$(VENV)/bin/py-spy record --rate 250 -o bench/results/pipeline-profile.svg -- $(VENV)/bin/python bench/pipeline.py --repeats 10
 
 fuzz: setup
 	$(VENV)/bin/python -m tests.fuzz --cases $(CASES)
