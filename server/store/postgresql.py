@@ -13,13 +13,13 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from server.store.interface import (RUNNING, Interrupt, Order, RetentionPolicy, StoreUnavailable, StoredConversation,
                                     StoredResponse)
 from server.store.migrations import migrations
+from server.store.rows import event_rows, item_rows, page, page_query
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[Any]
 logger = logging.getLogger(__name__)
 
 _MIGRATION_LOCK = 0x7265_7370  # pg_advisory_xact_lock key: replicas starting together migrate one at a time
-_NO_LIMIT = 1 << 62
 
 
 class PostgresStore:
@@ -71,7 +71,7 @@ class PostgresStore:
                 await cursor.executemany(
                     "INSERT INTO input_items (response_id, position, item_id, item) VALUES (%s, %s, %s, %s) "
                     "ON CONFLICT DO NOTHING",
-                    [(record.id, n, item["id"], json.dumps(item)) for n, item in enumerate(record.input_items)])
+                    item_rows(record.id, 0, record.input_items))
             await _insert_events(db, record.id, events or [])
             await self._enforce_retention(db)
 
@@ -223,11 +223,10 @@ async def _migrate(db: Connection) -> None:
 
 async def _insert_events(db: Connection, response_id: str, events: list[str]) -> None:
     if events:
-        first = int(json.loads(events[0])["sequence_number"])
         async with db.cursor() as cursor:
             await cursor.executemany(
                 "INSERT INTO events (response_id, sequence_number, event) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                [(response_id, first + n, event) for n, event in enumerate(events)])
+                event_rows(response_id, events))
 
 
 async def _append(db: Connection, conversation_id: str, items: list[dict[str, Any]]) -> None:
@@ -238,24 +237,13 @@ async def _append(db: Connection, conversation_id: str, items: list[dict[str, An
     async with db.cursor() as cursor:
         await cursor.executemany(
             "INSERT INTO conversation_items (conversation_id, position, item_id, item) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT DO NOTHING",
-            [(conversation_id, last + 1 + n, item["id"], json.dumps(item)) for n, item in enumerate(items)])
+            "ON CONFLICT DO NOTHING", item_rows(conversation_id, last + 1, items))
 
 
 async def _page(db: Connection, table: str, owner_column: str, owner: str, after: str | None, limit: int | None,
                 order: Order) -> tuple[list[dict[str, Any]], bool]:
-    """Items of one owner in position order, after the item `after`; `limit` None reads them all."""
-    direction, compare = ("ASC", ">") if order == "asc" else ("DESC", "<")
-    start = ""
-    parameters: list[Any] = [owner]
-    if after is not None:
-        start = f" AND position {compare} (SELECT position FROM {table} WHERE {owner_column} = %s AND item_id = %s)"
-        parameters += [owner, after]
-    rows = await (await db.execute(
-        f"SELECT item FROM {table} WHERE {owner_column} = %s{start} ORDER BY position {direction} LIMIT %s",
-        (*parameters, _NO_LIMIT if limit is None else limit + 1))).fetchall()
-    cut = len(rows) if limit is None else limit
-    return [json.loads(item) for (item,) in rows[:cut]], len(rows) > cut
+    sql, parameters = page_query(table, owner_column, owner, after, limit, order, "%s")
+    return page(await (await db.execute(sql, parameters)).fetchall(), limit)
 
 
 def _redacted(url: str) -> str:

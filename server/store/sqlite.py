@@ -14,6 +14,7 @@ from typing import Any, Callable, TypeVar
 from server.store.interface import (RUNNING, Interrupt, Order, RetentionPolicy, StoreUnavailable, StoredConversation,
                                     StoredResponse)
 from server.store.migrations import migrations
+from server.store.rows import event_rows, item_rows, page, page_query
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class SqliteStore:
                  record.previous_response_id, int(record.background), record.owner, record.lease_expires_at))
             db.executemany(
                 "INSERT OR IGNORE INTO input_items (response_id, position, item_id, item) VALUES (?, ?, ?, ?)",
-                [(record.id, n, item["id"], json.dumps(item)) for n, item in enumerate(record.input_items)])
+                item_rows(record.id, 0, record.input_items))
             _insert_events(db, record.id, events or [])
             self._enforce_retention(db)
 
@@ -209,10 +210,8 @@ def _migrate(db: sqlite3.Connection) -> None:
 
 
 def _insert_events(db: sqlite3.Connection, response_id: str, events: list[str]) -> None:
-    if events:
-        first = _sequence_number(events[0])
-        db.executemany("INSERT OR IGNORE INTO events (response_id, sequence_number, event) VALUES (?, ?, ?)",
-                       [(response_id, first + n, event) for n, event in enumerate(events)])
+    db.executemany("INSERT OR IGNORE INTO events (response_id, sequence_number, event) VALUES (?, ?, ?)",
+                   event_rows(response_id, events))
 
 
 def _append(db: sqlite3.Connection, conversation_id: str, items: list[dict[str, Any]]) -> None:
@@ -220,23 +219,10 @@ def _append(db: sqlite3.Connection, conversation_id: str, items: list[dict[str, 
     (last,) = db.execute("SELECT COALESCE(MAX(position), -1) FROM conversation_items WHERE conversation_id = ?",
                          (conversation_id,)).fetchone()
     db.executemany("INSERT OR IGNORE INTO conversation_items (conversation_id, position, item_id, item) VALUES (?, ?, ?, ?)",
-                   [(conversation_id, last + 1 + n, item["id"], json.dumps(item)) for n, item in enumerate(items)])
+                   item_rows(conversation_id, last + 1, items))
 
 
 def _page(db: sqlite3.Connection, table: str, owner_column: str, owner: str, after: str | None, limit: int | None,
           order: Order) -> tuple[list[dict[str, Any]], bool]:
-    """Items of one owner in position order, after the item `after`; `limit` None reads them all."""
-    direction, compare = ("ASC", ">") if order == "asc" else ("DESC", "<")
-    start = ""
-    parameters: list[Any] = [owner]
-    if after is not None:
-        start = f" AND position {compare} (SELECT position FROM {table} WHERE {owner_column} = ? AND item_id = ?)"
-        parameters += [owner, after]
-    rows = db.execute(f"SELECT item FROM {table} WHERE {owner_column} = ?{start} ORDER BY position {direction} "
-                      "LIMIT ?", (*parameters, -1 if limit is None else limit + 1)).fetchall()
-    cut = len(rows) if limit is None else limit
-    return [json.loads(item) for (item,) in rows[:cut]], len(rows) > cut
-
-
-def _sequence_number(event: str) -> int:
-    return int(json.loads(event)["sequence_number"])
+    sql, parameters = page_query(table, owner_column, owner, after, limit, order, "?")
+    return page(db.execute(sql, parameters).fetchall(), limit)

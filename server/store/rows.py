@@ -1,0 +1,43 @@
+"""What both SQL stores share: the paging query over item tables and the rows of event logs and item lists."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from server.store.interface import Order
+
+_NO_LIMIT = 1 << 62
+
+
+def page_query(table: str, owner_column: str, owner: str, after: str | None, limit: int | None, order: Order,
+               mark: str) -> tuple[str, tuple[Any, ...]]:
+    """The query for one owner's items in position order, after the item `after`, one more than `limit` (None: all);
+    `mark` is the driver's placeholder (`?` or `%s`)."""
+    direction, compare = ("ASC", ">") if order == "asc" else ("DESC", "<")
+    start = ""
+    parameters: list[Any] = [owner]
+    if after is not None:
+        start = (f" AND position {compare} (SELECT position FROM {table} WHERE {owner_column} = {mark} "
+                 f"AND item_id = {mark})")
+        parameters += [owner, after]
+    sql = (f"SELECT item FROM {table} WHERE {owner_column} = {mark}{start} ORDER BY position {direction} "
+           f"LIMIT {mark}")
+    return sql, (*parameters, _NO_LIMIT if limit is None else limit + 1)
+
+
+def page(rows: list[tuple[str]], limit: int | None) -> tuple[list[dict[str, Any]], bool]:
+    """The page `page_query`'s rows make, and whether more follow."""
+    cut = len(rows) if limit is None else limit
+    return [json.loads(item) for (item,) in rows[:cut]], len(rows) > cut
+
+
+def event_rows(response_id: str, events: list[str]) -> list[tuple[str, int, str]]:
+    """(response id, sequence number, JSON) of consecutive events, numbered from the first one's."""
+    first = int(json.loads(events[0])["sequence_number"]) if events else 0
+    return [(response_id, first + n, event) for n, event in enumerate(events)]
+
+
+def item_rows(owner: str, first_position: int, items: list[dict[str, Any]]) -> list[tuple[str, int, str, str]]:
+    """(owner id, position, item id, JSON) of items placed from `first_position` on."""
+    return [(owner, first_position + n, item["id"], json.dumps(item)) for n, item in enumerate(items)]
