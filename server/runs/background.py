@@ -8,6 +8,7 @@ responses of replicas whose leases expired.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import secrets
 import time
@@ -79,7 +80,7 @@ class BackgroundRuns:
         loop = asyncio.get_running_loop()
         live.task = loop.create_task(self._run(live))
         if stored.store is not None:
-            live.writer = loop.create_task(self._write(live, stored.store))
+            live.writer = loop.create_task(self._write(live))
         return live
 
     def get(self, response_id: str) -> LiveResponse | None:
@@ -107,19 +108,18 @@ class BackgroundRuns:
             live.publish()
             self.live.pop(live.stored.run.builder.response_id, None)
 
-    async def _write(self, live: LiveResponse, store: ResponseStore) -> None:
+    async def _write(self, live: LiveResponse) -> None:
         """Write the event log as it grows, a batch per store round trip, for followers on other replicas."""
-        written = 0
+        published = 0  # events published when the last write began
         while True:
-            await live.wait_beyond(written)
-            if written == len(live.events):
-                return  # ended; the terminal save wrote the whole log
-            batch = live.events[written:]
+            await live.wait_beyond(published)
+            if published == len(live.events):
+                return  # ended; the terminal save wrote the rest
+            published = len(live.events)
             try:
-                await store.append_events(live.stored.run.builder.response_id, batch)
-                written += len(batch)
+                await live.stored.save_new_events()
             except StoreUnavailable:
-                await asyncio.sleep(self.poll_seconds)  # the store logged why; the terminal save retries all
+                await asyncio.sleep(self.poll_seconds)  # the store logged why; the terminal save writes the rest
 
     # -- the lease keeper -------------------------------------------------------------------------
 
@@ -136,7 +136,7 @@ class BackgroundRuns:
 
     async def _keep(self, store: ResponseStore) -> None:
         renew_every = max(1, round(self.lease_seconds / 3 / self.poll_seconds))
-        for tick in range(1, 1 << 62):
+        for tick in itertools.count(1):
             await asyncio.sleep(self.poll_seconds)
             try:
                 if self.live:

@@ -69,6 +69,7 @@ class StoredRun:
     conversation: ConversationLink | None = None
     mode: str = "json"  # how the client asked: stream, json or background (a metrics label)
     _log: list[str] = field(default_factory=list)  # the events' JSON so far, when kept
+    _saved: int = 0  # how many of the log's first events the store holds (a background log is written as it grows)
 
     async def events(self) -> AsyncIterator[tuple[ResponseStreamEvent, str]]:
         """Each event with its JSON (encoded once, for the wire and the log)."""
@@ -113,14 +114,25 @@ class StoredRun:
                 pass  # the store logged why; the cancellation itself stands
         return out
 
+    async def save_new_events(self) -> None:
+        """Write the logged events the store does not hold yet, for followers on other replicas."""
+        assert self.store is not None
+        count = len(self._log)
+        if count > self._saved:
+            await self.store.append_events(self.run.builder.response_id, self._log[self._saved:count])
+            self._saved = max(self._saved, count)  # only once committed: a follower never sees a gap
+
     async def save(self, log: list[str] | None = None, owner: str | None = None,
                    lease_expires_at: float | None = None) -> None:
-        """Save the response as it is now; a background response is first saved with its owner's lease."""
+        """Save the response as it is now, with the events of `log` the store does not hold yet; a background
+        response is first saved with its owner's lease."""
         assert self.store is not None
+        log = log or []
         response = self.run.builder.response()
         await self.store.save(StoredResponse(
             id=response.id, created_at=response.created_at, status=str(response.status),
             response=response.model_dump(mode="json", by_alias=True, exclude_unset=True),
             input_items=self.input_items, previous_response_id=self.previous_response_id,
             background=self.background, owner=owner, lease_expires_at=lease_expires_at,
-        ), events=log or None)
+        ), events=log[self._saved:] or None)
+        self._saved = max(self._saved, len(log))
