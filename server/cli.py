@@ -138,7 +138,7 @@ def data_dir() -> Path:
 def main(argv: Sequence[str] | None = None) -> None:
     from server.http.app import create_app
     from server.http.graceful import serve
-    from server.http.context import ServingContext
+    from server.serving import ServingContext
     from server.runs.background import BackgroundRuns
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

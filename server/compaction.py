@@ -7,7 +7,7 @@ from typing import Any
 
 from openai.types.responses import Response
 
-from server.http.requests import MessageItem, ResponsesRequest
+from server.requests import MessageItem, ResponsesRequest
 from server.sealed_items import seal_compaction
 from server.sealing import Sealer
 from streaming.ids import IdFactory

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from server.http.errors import APIError, from_validation_error
-from server.http.requests import InputItem, MessageItem, ResponsesRequest
+from server.requests import InputItem, MessageItem, ResponsesRequest
 from server.store.interface import ResponseStore
 from streaming.ids import IdFactory
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from server.http.errors import APIError
-from server.http.requests import CompactionItem, ContentPart, MessageItem, ReasoningItem, ResponsesRequest
+from server.requests import CompactionItem, ContentPart, MessageItem, ReasoningItem, ResponsesRequest
 from server.sealing import SealError, Sealer
 
 REASONING_PURPOSE = "reasoning"

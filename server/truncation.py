@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from server.http.errors import APIError
-from server.http.requests import (
+from server.requests import (
     CustomToolCallItem,
     CustomToolCallOutputItem,
     FunctionCallItem,

@@ -77,7 +77,7 @@ def fuzz_server() -> Iterator[str]:
     from server.config import ServerConfig
     from server.engine.vllm_engine import load_tokenizer
     from server.http.app import create_app
-    from server.http.context import ServingContext
+    from server.serving import ServingContext
     from server.bundled_model import ensure_bundled_model
     from server.store.sqlite import SqliteStore
     from tests.conftest import serve_in_thread

@@ -23,7 +23,7 @@ from server.constraints.chat import CALL_SYNTAX, GRAMMAR_CALL_LIMIT, chat_struct
 from server.constraints.json_grammar import STRING_ESCAPES, STRING_SEGMENT, SchemaError, json_grammar
 from server.constraints.rules import OutputRules, output_rules
 from server.http.errors import APIError
-from server.http.requests import ResponsesRequest
+from server.requests import ResponsesRequest
 from server.paths.chat_template import tool_definitions, tool_table
 from server.paths.harmony import HarmonyPath, harmony_encoding
 

@@ -13,13 +13,13 @@ import httpx
 import pytest
 
 from server.http.app import create_app
-from server.http.context import ServingContext
+from server.serving import ServingContext
 from server.config import ServerConfig
 from server.paths.harmony import HarmonyPath, harmony_conversation, harmony_encoding
 from server.paths.chat_template import tool_table
 from server.engine.recording import Recording
 from server.sealing import Sealer
-from server.http.requests import ResponsesRequest
+from server.requests import ResponsesRequest
 from streaming.ids import counting_ids
 from tests.conftest import free_port, serve_in_thread
 from tests.helpers import collapsed_types, without_volatile

@@ -9,7 +9,7 @@ import pytest
 from server.http.errors import APIError
 from parsers.tools import ToolSpec
 from server.paths.chat_template import ChatTemplateRenderer, chat_messages, function_tools, tool_table
-from server.http.requests import ResponsesRequest
+from server.requests import ResponsesRequest
 
 CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = [
     ("string input", {"input": "hi"}, [{"role": "user", "content": "hi"}]),

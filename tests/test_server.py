@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from openai import OpenAI
 
 from server.http.app import create_app
-from server.http.context import ServingContext
+from server.serving import ServingContext
 from server.config import ServerConfig
 from server.engine.interface import EngineStep, StepLogprob
 from server.sealing import Sealer

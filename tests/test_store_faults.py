@@ -14,7 +14,7 @@ import pytest
 
 from server.config import ServerConfig
 from server.http.app import create_app
-from server.http.context import ServingContext
+from server.serving import ServingContext
 from server.store.interface import StoreUnavailable
 from server.store.sqlite import SqliteStore
 from tests.conftest import serve_in_thread

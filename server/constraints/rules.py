@@ -8,7 +8,7 @@ from typing import Any
 from parsers.tools import CUSTOM_TOOL_PARAMETERS, ToolSpec, ToolTable
 from server.constraints.json_grammar import ANY_OBJECT, SchemaError, json_grammar
 from server.http.errors import APIError
-from server.http.requests import ResponsesRequest
+from server.requests import ResponsesRequest
 
 # Tool choices naming a tool the server does not run (OpenAI's hosted tools).
 _HOSTED_TOOL_CHOICES = frozenset({

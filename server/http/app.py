@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from server.http import errors, instrumentation, openapi
 from server.http.auth import OPEN_PATHS, APIKeyMiddleware
 from server.http.limits import BodySizeLimit
-from server.http.context import ServingContext
+from server.serving import ServingContext
 from server.http.conversation_routes import router as conversation_router
 from server.http.routes import router
 from server.http.stored_routes import router as stored_router

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 
 from server.conversation import stored_items, validated_items
 from server.http.bodies import json_object
-from server.http.context import required_store, serving_context
+from server.serving import required_store, serving_context
 from server.http.errors import APIError
 from server.http.stored_routes import PageQuery, list_page
 from server.store.interface import ResponseStore, StoredConversation

@@ -10,19 +10,19 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from server.http.context import ServingContext, serving_context
+from server.serving import ServingContext, serving_context
 from server.compaction import compacted_response, summary_request
 from server.conversation import stored_input_items, with_history
 from server.sealed_items import open_sealed_items, reasoning_sealer
 from server.constraints.rules import output_rules
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
-from server.http.echo import response_settings
+from server.runs.echoed_settings import response_settings
 from server.http.bodies import json_object
 from server.http.errors import APIError, from_validation_error
 from server.http.event_stream import event_stream
 from server.runs.generation import ResponseRun
-from server.runs.persistence import ConversationLink, StoredRun
-from server.http.requests import ResponsesRequest
+from server.runs.stored_run import ConversationLink, StoredRun
+from server.requests import ResponsesRequest
 from server.paths.chat_template import tool_definitions
 from server.truncation import render_to_fit
 from streaming.builder import ResponseBuilder

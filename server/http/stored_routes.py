@@ -8,10 +8,10 @@ from typing import Annotated, Any, AsyncIterator, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from server.http.context import required_store, serving_context
+from server.serving import required_store, serving_context
 from server.http.errors import APIError
 from server.http.event_stream import event_stream
-from server.runs.elsewhere import cancel_stored, follow_stored
+from server.runs.other_replicas import cancel_stored, follow_stored
 from server.store.interface import RUNNING, ResponseStore, StoredResponse
 from streaming.sse import stored_frames
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from parsers.tools import CUSTOM_TOOL_PARAMETERS, NAMESPACE_SEPARATOR, ToolSpec, ToolTable
 from server.http.errors import APIError
-from server.http.requests import (
+from server.requests import (
     CustomToolCallItem,
     CustomToolCallOutputItem,
     FunctionCallItem,

@@ -14,7 +14,7 @@ from server.constraints.harmony import harmony_structural_tag
 from server.constraints.rules import OutputRules
 from server.http.errors import APIError
 from server.paths.chat_template import RenderedPrompt, function_tools, tool_table
-from server.http.requests import (
+from server.requests import (
     CustomToolCallItem,
     CustomToolCallOutputItem,
     FunctionCallItem,

@@ -18,7 +18,7 @@ from server.constraints.chat import CALL_SYNTAX, chat_structural_tag
 from server.constraints.rules import OutputRules
 from server.http.errors import APIError
 from server.paths.chat_template import ChatTemplateRenderer, RenderedPrompt
-from server.http.requests import ResponsesRequest
+from server.requests import ResponsesRequest
 
 
 class ModelPath(Protocol):

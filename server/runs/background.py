@@ -17,7 +17,7 @@ from typing import AsyncIterator, Callable
 
 from openai.types.responses import Response, ResponseFailedEvent
 
-from server.runs.persistence import StoredRun
+from server.runs.stored_run import StoredRun
 from server.store.interface import Interrupt, ResponseStore, StoreUnavailable
 from streaming.sse import event_json
 

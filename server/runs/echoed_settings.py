@@ -9,7 +9,7 @@ from openai.types.responses import Response
 from openai.types.responses.tool import Tool
 from pydantic import TypeAdapter, ValidationError
 
-from server.http.requests import ResponsesRequest
+from server.requests import ResponsesRequest
 
 # `temperature` and `top_p` are not here: the response echoes the values used (the request's, else the
 # model's defaults), which the route sets.

@@ -8,7 +8,7 @@ import json
 import time
 from typing import AsyncIterator
 
-from server.runs.persistence import TERMINAL_EVENTS
+from server.runs.stored_run import TERMINAL_EVENTS
 from server.store.interface import RUNNING, ResponseStore, StoredResponse
 
 

@@ -14,7 +14,7 @@ from server.constraints.json_grammar import ANY_OBJECT
 from server.constraints.rules import OutputRules
 from server.engine.interface import Engine
 from server.http.errors import APIError
-from server.http.requests import ResponsesRequest
+from server.requests import ResponsesRequest
 from server.paths.model_path import ModelPath, choose_path
 from server.runs.admission import Admission
 from server.runs.background import BackgroundRuns
