@@ -42,7 +42,10 @@ def one_stream(tokenizer: Any, ids: list[int]) -> float:
     """Seconds per token for one stream of `ids`, one token per engine step (the costliest grouping)."""
     from parsers.chat import ChatParser
     from parsers.decoder import IncrementalDecoder
-    from parsers.deltas import Finished
+    try:
+        from streaming.outcome import Finished
+    except ImportError:  # a baseline revision from before the outcome vocabulary moved to streaming/
+        from parsers.deltas import Finished  # type: ignore[attr-defined,no-redef]
     from parsers.hermes import HermesToolParser
     from parsers.reasoning import ThinkingParser
     from parsers.tools import ToolTable

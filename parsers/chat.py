@@ -12,7 +12,7 @@ from parsers.reasoning import ThinkingParser
 class TextToolParser(Protocol):
     """A tool-call format over answer text (hermes, qwen3_coder, llama3_json, mistral, pythonic)."""
 
-    def feed_text(self, text: str, token_ids: Sequence[int] = ()) -> list[Delta]: ...
+    def feed_text(self, text: str) -> list[Delta]: ...
 
     def finish(self) -> list[Delta]: ...
 
@@ -32,8 +32,8 @@ class ChatParser:
     def feed(self, token_ids: Sequence[int], text: str, token_ends: Sequence[int] | None = None) -> list[Delta]:
         if self.reasoning:
             return self._tool_pass(self.reasoning.feed(token_ids, text, token_ends))
-        if self.tools is not None:  # the answer's token ids are the step's: pass them on
-            return self.tools.feed_text(text, token_ids)
+        if self.tools is not None:
+            return self.tools.feed_text(text)
         return [OutputText(text)] if text else []
 
     def finish(self) -> list[Delta]:

@@ -6,7 +6,11 @@ from typing import Any, Sequence
 
 
 class IncrementalDecoder:
-    """Decodes a growing token sequence step by step; work per step is independent of output length."""
+    """Decodes a growing token sequence step by step; work per step is independent of output length.
+
+    Nothing is ever emitted as U+FFFD: bytes of an unfinished character wait for the next step, and those still
+    waiting when generation ends are dropped (so there is nothing to flush).
+    """
 
     # Tokens of context kept for the fallback path (as vLLM's incremental detokenizer does).
     _WINDOW = 6
@@ -49,10 +53,6 @@ class IncrementalDecoder:
         if self._stream is not None:
             return self._stream.step(self._backend, token_id) or ""
         return self._decode_windowed([token_id])
-
-    def flush(self) -> str:
-        """Nothing is ever emitted as U+FFFD mid-stream; at the end, leftover bytes are dropped."""
-        return ""
 
     def _decode_windowed(self, token_ids: Sequence[int]) -> str:
         self._pending.extend(token_ids)

@@ -62,29 +62,6 @@ class ItemEnded:
 
 Delta = Union[OutputText, Refusal, ReasoningText, ToolCallStarted, ToolCallArguments, ItemEnded]
 
-FinishReason = Literal["stop", "length", "abort", "error", "cancelled"]
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Token counts for the terminal response."""
-
-    input_tokens: int = 0
-    cached_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-
-
-@dataclass(frozen=True)
-class Finished:
-    """The end of generation, with why it ended and what it cost."""
-
-    reason: FinishReason
-    usage: Usage = Usage()
-    error_code: str = "server_error"
-    error_message: str = ""
-
-
 def merge_adjacent(deltas: list[Delta]) -> list[Delta]:
     """Adjacent text pieces of the same kind joined, so per-token parsing does not multiply events."""
     out: list[Delta] = []

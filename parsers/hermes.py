@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from parsers.deltas import Delta, OutputText
-from parsers.json_call import JsonCallStreamer
+from parsers.json_call import JsonCallStreamer, close_or_text
 from parsers.tags import TagScanner
 from parsers.tools import ToolTable
 
@@ -25,7 +24,7 @@ class HermesToolParser:
     _scanner: TagScanner = field(default_factory=TagScanner)
     _call: JsonCallStreamer | None = None
 
-    def feed_text(self, text: str, token_ids: Sequence[int] = ()) -> list[Delta]:
+    def feed_text(self, text: str) -> list[Delta]:
         if self._call is None and not self._scanner.held and "<" not in text:  # the per-token fast path: plain text
             return [OutputText(text)] if text else []
         deltas: list[Delta] = []
@@ -55,7 +54,4 @@ class HermesToolParser:
     def _end_call(self, end_tag: str) -> list[Delta]:
         call, self._call = self._call, None
         assert call is not None
-        ended = call.close()
-        if ended is None:
-            return [OutputText(CALL_START + call.raw_text + end_tag)]
-        return ended
+        return close_or_text(call, CALL_START, end_tag)

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from parsers.deltas import Delta, ItemEnded, ToolCallArguments, ToolCallStarted
+from parsers.deltas import Delta, ItemEnded, OutputText, ToolCallArguments, ToolCallStarted
 from parsers.jsonscan import JsonValueEnd
 from parsers.tools import ToolTable
 
@@ -96,6 +96,13 @@ class JsonCallStreamer:
         if end >= 0:
             self._arguments_done, text = True, text[:end]
         return [ToolCallArguments(text)] if text else []
+
+
+def close_or_text(call: JsonCallStreamer, before: str = "", after: str = "") -> list[Delta]:
+    """End `call`; one that does not parse is given back as text (between `before` and `after`, its tags), never
+    dropped."""
+    ended = call.close()
+    return ended if ended is not None else [OutputText(before + call.raw_text + after)]
 
 
 def _head_passed(buffered: str) -> bool:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 from parsers.deltas import Delta, OutputText
-from parsers.json_call import JsonCallStreamer
+from parsers.json_call import JsonCallStreamer, close_or_text
 from parsers.tools import ToolTable
 
 _BETWEEN_CALLS = " \t\r\n;,"
@@ -21,7 +21,7 @@ class Llama3JsonToolParser:
     _lead: str = ""  # leading whitespace, held until the first real character decides the mode
     _call: JsonCallStreamer | None = None
 
-    def feed_text(self, text: str, token_ids: Sequence[int] = ()) -> list[Delta]:
+    def feed_text(self, text: str) -> list[Delta]:
         if self._mode == "start":
             self._lead += text
             stripped = self._lead.lstrip()
@@ -60,5 +60,4 @@ class Llama3JsonToolParser:
     def _end_call(self) -> list[Delta]:
         call, self._call = self._call, None
         assert call is not None
-        ended = call.close()
-        return ended if ended is not None else [OutputText(call.raw_text)]
+        return close_or_text(call)

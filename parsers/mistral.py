@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 from parsers.deltas import Delta, ItemEnded, OutputText, ToolCallArguments, ToolCallStarted
-from parsers.json_call import JsonCallStreamer
+from parsers.json_call import JsonCallStreamer, close_or_text
 from parsers.jsonscan import JsonValueEnd
 from parsers.tags import TagScanner
 from parsers.tools import ToolTable
@@ -30,7 +30,7 @@ class MistralToolParser:
     _call: JsonCallStreamer | None = None  # list format: the current element
     _arguments: JsonValueEnd = field(default_factory=JsonValueEnd)
 
-    def feed_text(self, text: str, token_ids: Sequence[int] = ()) -> list[Delta]:
+    def feed_text(self, text: str) -> list[Delta]:
         deltas: list[Delta] = []
         while text or self._state == "text":
             if self._state in ("text", "name", "call_id"):
@@ -56,7 +56,7 @@ class MistralToolParser:
     def finish(self) -> list[Delta]:
         deltas = self._plain(self._scanner.flush(), None) if self._state == "text" else []
         if self._state == "list" and self._call is not None:
-            deltas += _closed(self._call)
+            deltas += close_or_text(self._call)
         return deltas
 
     def _plain(self, text: str, tag: str | None) -> list[Delta]:
@@ -99,10 +99,4 @@ class MistralToolParser:
         if after is None:
             return deltas, ""
         call, self._call = self._call, None
-        return deltas + _closed(call), after
-
-
-def _closed(call: JsonCallStreamer) -> list[Delta]:
-    """The call's end; a call that does not parse is given back as text, never dropped."""
-    ended = call.close()
-    return ended if ended is not None else [OutputText(call.raw_text)]
+        return deltas + close_or_text(call), after

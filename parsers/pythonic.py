@@ -6,7 +6,7 @@ import ast
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 from parsers.deltas import Delta, ItemEnded, OutputText, ToolCallArguments, ToolCallStarted
 from parsers.tools import ToolTable
@@ -34,7 +34,7 @@ class PythonicToolParser:
     _quote: str = ""  # the open string's quote inside a value
     _escaped: bool = False
 
-    def feed_text(self, text: str, token_ids: Sequence[int] = ()) -> list[Delta]:
+    def feed_text(self, text: str) -> list[Delta]:
         if self._state == "start":
             self._held += text
             if _CALL_LIST_START.match(self._held):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Literal
 
 from parsers.deltas import Delta, ItemEnded, OutputText, ToolCallArguments, ToolCallStarted
 from parsers.tags import TagScanner
@@ -43,7 +43,7 @@ class Qwen3CoderToolParser:
     _at_value_start: bool = True
     _trailing_newline: bool = False  # a held-back "\n" that may be the layout before </parameter>
 
-    def feed_text(self, text: str, token_ids: Sequence[int] = ()) -> list[Delta]:
+    def feed_text(self, text: str) -> list[Delta]:
         deltas: list[Delta] = []
         while True:
             before, tag, text = self._scanner.scan(text, _TAGS[self._state])

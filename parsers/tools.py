@@ -10,6 +10,11 @@ NAMESPACE_SEPARATOR = "__"
 CUSTOM_TOOL_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
 
 
+def model_name(name: str, namespace: str | None = None) -> str:
+    """The name the model sees and writes: a tool of a namespace (Codex's named groups) is flattened as `ns__name`."""
+    return f"{namespace}{NAMESPACE_SEPARATOR}{name}" if namespace else name
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     """One callable tool: its API name, its kind, and the namespace it was flattened from."""
@@ -24,8 +29,7 @@ class ToolSpec:
 
     @property
     def model_name(self) -> str:
-        """The name the model sees and writes (namespaced tools are flattened as `ns__name`)."""
-        return f"{self.namespace}{NAMESPACE_SEPARATOR}{self.name}" if self.namespace else self.name
+        return model_name(self.name, self.namespace)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from parsers.registry import check_reasoning_parser
-from server.paths.model_path import check_tool_call_parser
+from server.paths.chat_template import check_tool_call_parser
 from server.config import ServerConfig
 from server.http.auth import api_keys
 from server.sealing import sealer_from

@@ -10,7 +10,7 @@ from openai.types.responses import Response
 from server.requests import MessageItem, ResponsesRequest
 from server.sealed_items import seal_compaction
 from server.sealing import Sealer
-from streaming.ids import IdFactory
+from streaming.ids import ITEM_PREFIXES, RESPONSE, IdFactory
 
 SUMMARY_INSTRUCTION = (
     "Summarize the conversation so far so that it can be continued from your summary alone: the user's goal, "
@@ -42,5 +42,6 @@ def compacted_response(summary: Response, conversation: ResponsesRequest, sealer
     """
     sealed = seal_compaction(sealer, summary.output_text, user_messages(conversation))
     usage = summary.usage.model_dump(mode="json") if summary.usage else None
-    return {"id": ids("resp"), "object": "response.compaction", "created_at": summary.created_at,
-            "output": [{"type": "compaction", "id": ids("cmp"), "encrypted_content": sealed}], "usage": usage}
+    return {"id": ids(RESPONSE), "object": "response.compaction", "created_at": summary.created_at,
+            "output": [{"type": "compaction", "id": ids(ITEM_PREFIXES["compaction"]), "encrypted_content": sealed}],
+            "usage": usage}

@@ -7,16 +7,12 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from server.http.errors import APIError, from_validation_error
+from server.errors import NotFound, RequestError, invalid_value
 from server.requests import InputItem, MessageItem, ResponsesRequest
 from server.store.interface import ResponseStore
-from streaming.ids import IdFactory
+from streaming.ids import ITEM_PREFIXES, IdFactory
 
 _ITEMS = TypeAdapter(list[InputItem])
-_ID_PREFIX = {
-    "message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs",
-    "custom_tool_call": "ctc", "custom_tool_call_output": "ctco", "compaction": "cmp",
-}
 
 
 def stored_input_items(request: ResponsesRequest, ids: IdFactory) -> list[dict[str, Any]]:
@@ -34,12 +30,12 @@ def validated_items(raw: Any) -> list[Any]:
     try:
         return _ITEMS.validate_python(raw)
     except ValidationError as exc:
-        raise from_validation_error(exc, prefix="items") from None
+        raise invalid_value(exc.errors(), prefix="items") from None
 
 
 def _stored_item(item: Any, ids: IdFactory) -> dict[str, Any]:
     data = item.model_dump(exclude_none=True)
-    data["id"] = data.get("id") or ids(_ID_PREFIX[item.type])
+    data["id"] = data.get("id") or ids(ITEM_PREFIXES[item.type])
     if isinstance(item, MessageItem):
         text_type = "output_text" if item.role == "assistant" else "input_text"
         if isinstance(item.content, str):
@@ -67,7 +63,7 @@ async def with_history(request: ResponsesRequest, store: ResponseStore | None) -
     while response_id is not None:
         record = await store.get(response_id) if store is not None else None
         if record is None:
-            raise APIError(f"Previous response with id '{response_id}' not found.", status=404,
+            raise NotFound(f"Previous response with id '{response_id}' not found.",
                            param="previous_response_id", code="previous_response_not_found")
         chain.append(record)
         response_id = record.previous_response_id
@@ -81,9 +77,9 @@ async def with_history(request: ResponsesRequest, store: ResponseStore | None) -
 async def _with_conversation(request: ResponsesRequest, store: ResponseStore | None) -> ResponsesRequest:
     """The conversation's items, oldest first, before this request's input."""
     if request.previous_response_id is not None:
-        raise APIError("conversation and previous_response_id cannot be used together.", param="conversation")
+        raise RequestError("conversation and previous_response_id cannot be used together.", param="conversation")
     assert request.conversation is not None
     if store is None or await store.get_conversation(request.conversation) is None:
-        raise APIError(f"Conversation with id '{request.conversation}' not found.", status=404, param="conversation")
+        raise NotFound(f"Conversation with id '{request.conversation}' not found.", param="conversation")
     history, _ = await store.conversation_items(request.conversation, None, None, "asc")
     return request.model_copy(update={"input": _ITEMS.validate_python(history) + request.input_items()})

@@ -16,7 +16,7 @@ from pydantic import (
     model_validator,
 )
 
-from parsers.tools import NAMESPACE_SEPARATOR
+from parsers.tools import model_name
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
@@ -83,8 +83,8 @@ class FunctionCallItem(_Lenient):
 
     @property
     def model_name(self) -> str:
-        """The name the model wrote (a namespaced tool is flattened as `ns__name`, as the tools are offered)."""
-        return f"{self.namespace}{NAMESPACE_SEPARATOR}{self.name}" if self.namespace else self.name
+        """The name the model wrote (namespace members are flattened, as the tools are offered)."""
+        return model_name(self.name, self.namespace)
 
 
 class _ToolOutput(_Lenient):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from server.http.errors import APIError
+from server.errors import RequestError
 from server.requests import CompactionItem, ContentPart, MessageItem, ReasoningItem, ResponsesRequest
 from server.sealing import SealError, Sealer
 
@@ -57,11 +57,11 @@ def _open(sealer: Sealer, purpose: str, value: str, index: int) -> dict[str, Any
     try:
         return sealer.open(purpose, value)
     except SealError as exc:
-        raise APIError(f"The encrypted_content of input[{index}] could not be opened: {exc}.",
+        raise RequestError(f"The encrypted_content of input[{index}] could not be opened: {exc}.",
                        param=f"input[{index}].encrypted_content", code="invalid_encrypted_content") from None
 
 
 def _check(condition: bool, index: int, problem: str) -> None:
     if not condition:
-        raise APIError(f"The encrypted_content of input[{index}] {problem}.",
+        raise RequestError(f"The encrypted_content of input[{index}] {problem}.",
                        param=f"input[{index}].encrypted_content", code="invalid_encrypted_content")

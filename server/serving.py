@@ -1,4 +1,4 @@
-"""The serving context: the per-process objects (config, engine, model path, store) every route uses."""
+"""The serving context: the per-process objects (config, engine, model path, store) every request uses."""
 
 from __future__ import annotations
 
@@ -6,22 +6,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from fastapi import Request
-
-from parsers.deltas import Finished, OutputText
+from parsers.deltas import OutputText
 from server.config import ServerConfig
 from server.constraints.json_grammar import ANY_OBJECT
 from server.constraints.rules import OutputRules
 from server.engine.interface import Engine
-from server.http.errors import APIError
 from server.requests import ResponsesRequest
-from server.paths.model_path import ModelPath, choose_path
+from server.paths.base import ModelPath
+from server.paths.choice import choose_path
 from server.runs.admission import Admission
 from server.runs.background import BackgroundRuns
 from server.sealing import Sealer
 from server.store.interface import ResponseStore
 from streaming.builder import ResponseBuilder
 from streaming.ids import IdFactory, random_id
+from streaming.outcome import Finished
 from streaming.sse import event_json
 
 EngineFactory = Callable[[], Engine]
@@ -46,6 +45,11 @@ class ServingContext:
     def __post_init__(self) -> None:
         self.admission.limit = self.config.max_concurrent_requests
 
+    def started(self) -> tuple[Engine, ModelPath]:
+        """The engine and the model path, once `start()` has run (the app's lifespan runs it)."""
+        assert self.engine is not None and self.path is not None, "the engine starts with the app"
+        return self.engine, self.path
+
     def start(self) -> None:
         self.engine = self.engine_factory()
         self.path = choose_path(self.engine, self.config)
@@ -59,16 +63,3 @@ def _warm_up(model: str, path: ModelPath) -> None:
     builder = ResponseBuilder({"model": model})
     for event in builder.start() + builder.feed([OutputText("warm")]) + builder.finish(Finished("stop")):
         event_json(event)
-
-
-def serving_context(request: Request) -> ServingContext:
-    """The context of the app serving `request`."""
-    return request.app.state.context
-
-
-def required_store(request: Request) -> ResponseStore:
-    """The store, for routes over stored state; a server without a store answers them 404."""
-    context = serving_context(request)
-    if context.store is None:
-        raise APIError("This server stores nothing (started with --store none).", status=404)
-    return context.store

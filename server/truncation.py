@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from server.http.errors import APIError
+from server.errors import RequestError
 from server.requests import (
     CustomToolCallItem,
     CustomToolCallOutputItem,
@@ -19,7 +19,7 @@ from server.requests import (
     ReasoningItem,
     ResponsesRequest,
 )
-from server.paths.chat_template import RenderedPrompt
+from server.paths.base import RenderedPrompt
 
 # With truncation "auto" and no max_output_tokens, this much room is kept for the answer (at most a quarter of
 # the context).
@@ -88,7 +88,7 @@ def droppable_groups(items: list[Any]) -> list[list[int]]:
     return groups
 
 
-def _too_long(tokens: int, context_length: int, after: str) -> APIError:
-    return APIError(f"The input is {tokens} tokens{after}; this model's context holds {context_length}, with room "
+def _too_long(tokens: int, context_length: int, after: str) -> RequestError:
+    return RequestError(f"The input is {tokens} tokens{after}; this model's context holds {context_length}, with room "
                     "for the answer. Shorten the input, or send truncation: 'auto' to drop the oldest items.",
                     param="input", code="context_length_exceeded")

@@ -41,7 +41,6 @@ from openai.types.responses.response import IncompleteDetails
 
 from parsers.deltas import (
     Delta,
-    Finished,
     ItemEnded,
     OutputText,
     ReasoningText,
@@ -50,7 +49,7 @@ from parsers.deltas import (
     ToolCallStarted,
 )
 from streaming import ids as id_prefixes
-from streaming.ids import IdFactory, random_id
+from streaming.ids import ITEM_PREFIXES, IdFactory, random_id
 from streaming.items import (
     ItemKind,
     ItemRecord,
@@ -62,6 +61,7 @@ from streaming.items import (
     part_model,
     usage_model,
 )
+from streaming.outcome import Finished
 
 Clock = Callable[[], float]
 
@@ -88,12 +88,6 @@ _TEXT_TARGETS: dict[type, tuple[ItemKind, PartKind]] = {
     OutputText: ("message", "output_text"),
     Refusal: ("message", "refusal"),
     ReasoningText: ("reasoning", "reasoning_text"),
-}
-_ITEM_ID_PREFIX: dict[ItemKind, str] = {
-    "message": id_prefixes.MESSAGE,
-    "reasoning": id_prefixes.REASONING,
-    "function_call": id_prefixes.FUNCTION_CALL,
-    "custom_tool_call": id_prefixes.CUSTOM_TOOL_CALL,
 }
 _FAILURE_MESSAGES = {"abort": "generation was aborted", "error": "generation failed",
                      "cancelled": "the response was cancelled"}
@@ -277,7 +271,7 @@ class ResponseBuilder:
     # -- items ------------------------------------------------------------------------------
 
     def _open_item(self, kind: ItemKind, **tool: Any) -> list[ResponseStreamEvent]:
-        item = ItemRecord(kind=kind, id=self._ids(_ITEM_ID_PREFIX[kind]), output_index=len(self._state.items), **tool)
+        item = ItemRecord(kind=kind, id=self._ids(ITEM_PREFIXES[kind]), output_index=len(self._state.items), **tool)
         self._state.open_item = item
         return [self._emit(ResponseOutputItemAddedEvent, type="response.output_item.added",
                            output_index=item.output_index, item=item_model(item, "in_progress"))]
@@ -326,9 +320,7 @@ class ResponseBuilder:
         (its fields are this builder's own strings and ints; the tests validate every event with the SDK)."""
         part = item.parts[-1]
         part.chunks.append(delta.text)
-        state = self._state
-        sequence_number = state.sequence_number
-        state.sequence_number = sequence_number + 1
+        sequence_number = self._next_sequence_number()
         kind = type(delta)
         if kind is OutputText:  # the fields in the model's order, as validation would store them
             logprobs: list[Any] = []
@@ -408,7 +400,7 @@ class ResponseBuilder:
             # There is no `response.cancelled` event: a cancelled response ends with response.failed
             # whose response has status "cancelled".
             message = finished.error_message or _FAILURE_MESSAGES[finished.reason]
-            error = ResponseError(code=finished.error_code, message=message)  # type: ignore[arg-type]
+            error = ResponseError(code="server_error", message=message)
             status = "cancelled" if finished.reason == "cancelled" else "failed"
             response = self._snapshot(status, usage=usage, error=error)
             event = self._emit(ResponseFailedEvent, type="response.failed", response=response)
@@ -419,7 +411,11 @@ class ResponseBuilder:
         return self._template.model_copy(update={"status": status, "output": list(self._state.items), **update})
 
     def _emit(self, event_type: type, **fields: Any) -> ResponseStreamEvent:
-        """The one place where events are created and sequence numbers assigned."""
-        event = event_type(sequence_number=self._state.sequence_number, **fields)
-        self._state.sequence_number += 1
-        return event
+        """An event, validated, with the next sequence number (the per-token delta events are `_delta_event`'s)."""
+        return event_type(sequence_number=self._next_sequence_number(), **fields)
+
+    def _next_sequence_number(self) -> int:
+        """The one place where sequence numbers are assigned: 0, 1, 2, ... in the order events are made."""
+        number = self._state.sequence_number
+        self._state.sequence_number = number + 1
+        return number

@@ -9,11 +9,13 @@ from typing import Callable
 IdFactory = Callable[[str], str]
 
 RESPONSE = "resp"
-MESSAGE = "msg"
-REASONING = "rs"
-FUNCTION_CALL = "fc"
-CUSTOM_TOOL_CALL = "ctc"
-CALL = "call"
+CONVERSATION = "conv"
+CALL = "call"  # a tool call's call_id
+# Each item type's id prefix, for output items and stored input items alike.
+ITEM_PREFIXES = {
+    "message": "msg", "reasoning": "rs", "function_call": "fc", "function_call_output": "fco",
+    "custom_tool_call": "ctc", "custom_tool_call_output": "ctco", "compaction": "cmp",
+}
 
 
 def random_id(prefix: str) -> str:

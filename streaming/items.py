@@ -15,7 +15,8 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
-from parsers.deltas import Finished, TokenLogprob
+from parsers.deltas import TokenLogprob
+from streaming.outcome import Finished
 
 ItemKind = Literal["message", "reasoning", "function_call", "custom_tool_call"]
 PartKind = Literal["output_text", "refusal", "reasoning_text", "summary_text"]

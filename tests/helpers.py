@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
-from parsers.deltas import Delta, Finished
+from parsers.deltas import Delta
 from streaming.builder import ResponseBuilder
 from streaming.ids import counting_ids
+from streaming.outcome import Finished
 
 
 def build_events(deltas: Iterable[Delta], finished: Finished, settings: dict[str, Any] | None = None,

@@ -16,6 +16,7 @@ class ScriptedEngine:
     tokenizer: Any
     scripts: list[Any]
     max_model_len: int = 8192
+    model_type: str | None = None
     sampling_defaults: dict[str, float] = field(default_factory=dict)
     step_delay: float = 0.0
     requests: list[EngineRequest] = field(default_factory=list)

@@ -10,15 +10,14 @@ from hypothesis import strategies as st
 
 from parsers.deltas import (
     Delta,
-    Finished,
     ItemEnded,
     OutputText,
     ReasoningText,
     Refusal,
     ToolCallArguments,
     ToolCallStarted,
-    Usage,
 )
+from streaming.outcome import Finished, Usage
 from tests.helpers import build_events, collapsed_types
 from tests.validator import ContractViolation, validate_events
 

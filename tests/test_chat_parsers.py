@@ -11,11 +11,12 @@ from hypothesis import strategies as st
 
 from parsers.chat import ChatParser
 from parsers.decoder import IncrementalDecoder
-from parsers.deltas import Delta, Finished, ItemEnded, OutputText, ReasoningText, ToolCallArguments, ToolCallStarted
+from parsers.deltas import Delta, ItemEnded, OutputText, ReasoningText, ToolCallArguments, ToolCallStarted
 from parsers.registry import NEEDS_SPECIAL_TOKENS, TOOL_CALL_PARSERS
 from parsers.reasoning import STYLES, ThinkingParser, starts_in_reasoning
 from parsers.tags import TagScanner
 from parsers.tools import ToolSpec, ToolTable
+from streaming.outcome import Finished
 from tests.helpers import build_events
 from tests.validator import validate_events
 

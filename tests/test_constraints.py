@@ -22,9 +22,9 @@ from server.config import ServerConfig
 from server.constraints.chat import CALL_SYNTAX, GRAMMAR_CALL_LIMIT, chat_structural_tag
 from server.constraints.json_grammar import STRING_ESCAPES, STRING_SEGMENT, SchemaError, json_grammar
 from server.constraints.rules import OutputRules, output_rules
-from server.http.errors import APIError
+from server.errors import RequestError
 from server.requests import ResponsesRequest
-from server.paths.chat_template import tool_definitions, tool_table
+from server.paths.tools import tool_definitions, tool_table
 from server.paths.harmony import HarmonyPath, harmony_encoding
 
 CITY = {"type": "object", "properties": {"name": {"type": "string"}, "population": {"type": "integer"},
@@ -119,9 +119,9 @@ RULE_ERRORS = [
 
 @pytest.mark.parametrize(("fields", "param"), [c[1:] for c in RULE_ERRORS], ids=[c[0] for c in RULE_ERRORS])
 def test_rules_that_cannot_be_honoured_are_a_400_naming_the_field(fields: dict[str, Any], param: str) -> None:
-    with pytest.raises(APIError) as caught:
+    with pytest.raises(RequestError) as caught:
         _rules(**fields)
-    assert caught.value.status == 400 and caught.value.param == param
+    assert type(caught.value) is RequestError and caught.value.param == param  # a 400, not a 404
 
 
 def test_rules_for_each_tool_choice() -> None:
@@ -223,14 +223,14 @@ def test_what_the_grammar_writes_the_parser_reads(parser: str) -> None:
 
 
 def test_a_parser_without_a_grammar_is_a_400_only_when_a_grammar_is_needed() -> None:
-    from server.paths.model_path import ChatTemplatePath
+    from server.paths.chat_template import ChatTemplatePath
 
     class _Tokenizer:
         chat_template = ""
 
     path = ChatTemplatePath(_Tokenizer(), ServerConfig(served_model_name="m", tool_call_parser="pythonic"))
     assert path.structural_tag(_rules(tools=[TIME])) is None
-    with pytest.raises(APIError) as caught:
+    with pytest.raises(RequestError) as caught:
         path.structural_tag(_rules(tools=[TIME], tool_choice="required"))
     assert caught.value.param == "tool_choice"
 

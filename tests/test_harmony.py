@@ -16,7 +16,7 @@ from server.http.app import create_app
 from server.serving import ServingContext
 from server.config import ServerConfig
 from server.paths.harmony import HarmonyPath, harmony_conversation, harmony_encoding
-from server.paths.chat_template import tool_table
+from server.paths.tools import tool_table
 from server.engine.recording import Recording
 from server.sealing import Sealer
 from server.requests import ResponsesRequest
@@ -246,7 +246,8 @@ def test_cli_serves_a_harmony_replay_without_the_model(tmp_path: Path) -> None:
 
 
 def test_path_is_chosen_once_per_model() -> None:
-    from server.paths.model_path import ChatTemplatePath, choose_path
+    from server.paths.chat_template import ChatTemplatePath
+    from server.paths.choice import choose_path
 
     class Engine:
         tokenizer = None

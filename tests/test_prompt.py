@@ -6,9 +6,11 @@ from typing import Any
 
 import pytest
 
-from server.http.errors import APIError
+from server.errors import RequestError
 from parsers.tools import ToolSpec
-from server.paths.chat_template import ChatTemplateRenderer, chat_messages, function_tools, tool_table
+from server.paths.chat_messages import chat_messages
+from server.paths.chat_template import ChatTemplateRenderer
+from server.paths.tools import function_tools, tool_table
 from server.requests import ResponsesRequest
 
 CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = [

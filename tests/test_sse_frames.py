@@ -8,9 +8,10 @@ from hypothesis import strategies as st
 from openai.types.responses import ResponseTextDeltaEvent
 from sse_starlette import ServerSentEvent
 
-from parsers.deltas import Finished, OutputText, ReasoningText, Refusal
+from parsers.deltas import OutputText, ReasoningText, Refusal
 from streaming.builder import ResponseBuilder
 from streaming.sse import SEPARATOR, encode_event, event_json
+from streaming.outcome import Finished
 
 
 @settings(max_examples=300, deadline=None)

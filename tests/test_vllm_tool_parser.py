@@ -9,10 +9,10 @@ import pytest
 
 from parsers.chat import ChatParser
 from parsers.decoder import IncrementalDecoder
-from parsers.deltas import Finished
 from parsers.tools import ToolSpec, ToolTable
 from server.paths import vllm_tool_parser
-from server.paths.model_path import check_tool_call_parser, tool_parser_factory
+from server.paths.chat_template import check_tool_call_parser, tool_parser_factory
+from streaming.outcome import Finished
 from tests.helpers import build_events
 from tests.validator import validate_events
 

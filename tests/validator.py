@@ -1,4 +1,5 @@
-"""The event-sequence validator: checks every invariant of shared/contract.md on one stream of events."""
+"""The event-sequence validator: checks every invariant of the Responses streaming contract (gapless sequence
+numbers, created first, item life and indices, stable ids, exact done values, one terminal event) on one stream."""
 
 from __future__ import annotations
 

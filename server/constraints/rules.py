@@ -7,7 +7,7 @@ from typing import Any
 
 from parsers.tools import CUSTOM_TOOL_PARAMETERS, ToolSpec, ToolTable
 from server.constraints.json_grammar import ANY_OBJECT, SchemaError, json_grammar
-from server.http.errors import APIError
+from server.errors import RequestError
 from server.requests import ResponsesRequest
 
 # Tool choices naming a tool the server does not run (OpenAI's hosted tools).
@@ -59,18 +59,18 @@ def _answer_schema(text: dict[str, Any] | None) -> dict[str, Any] | None:
     if answer_format is None:
         return None
     if not isinstance(answer_format, dict):
-        raise APIError("text.format must be an object with a `type`.", param="text.format")
+        raise RequestError("text.format must be an object with a `type`.", param="text.format")
     kind = answer_format.get("type")
     if kind == "text":
         return None
     if kind == "json_object":
         return ANY_OBJECT
     if kind != "json_schema":
-        raise APIError(f"Unsupported text.format type {kind!r}: use 'text', 'json_object' or 'json_schema'.",
+        raise RequestError(f"Unsupported text.format type {kind!r}: use 'text', 'json_object' or 'json_schema'.",
                        param="text.format.type")
     schema = answer_format.get("schema")
     if not isinstance(schema, dict) or not schema:
-        raise APIError("text.format of type 'json_schema' needs a `schema` object.", param="text.format.schema")
+        raise RequestError("text.format of type 'json_schema' needs a `schema` object.", param="text.format.schema")
     _check_schema(schema, "text.format.schema")
     return schema
 
@@ -85,11 +85,11 @@ def _call_rules(request: ResponsesRequest, table: ToolTable | None,
         return _rules(tools, definitions) if tools else None
     if choice == "required":
         if not tools:
-            raise APIError("tool_choice 'required' needs at least one function or custom tool in `tools`.",
+            raise RequestError("tool_choice 'required' needs at least one function or custom tool in `tools`.",
                            param="tool_choice")
         return _rules(tools, definitions, required=True)
     if not isinstance(choice, dict) or not isinstance(choice.get("type"), str):
-        raise APIError(f"Invalid tool_choice {choice!r}: use 'none', 'auto', 'required', "
+        raise RequestError(f"Invalid tool_choice {choice!r}: use 'none', 'auto', 'required', "
                        "{'type': 'function', 'name': ...}, {'type': 'custom', 'name': ...} or "
                        "{'type': 'allowed_tools', ...}.", param="tool_choice")
     kind = choice["type"]
@@ -99,22 +99,22 @@ def _call_rules(request: ResponsesRequest, table: ToolTable | None,
     if kind == "allowed_tools":
         return _allowed_tools(tools, choice, definitions)
     if kind in _HOSTED_TOOL_CHOICES:
-        raise APIError(f"tool_choice {kind!r} names a hosted tool this server does not run.", param="tool_choice")
-    raise APIError(f"Unknown tool_choice type {kind!r}.", param="tool_choice.type")
+        raise RequestError(f"tool_choice {kind!r} names a hosted tool this server does not run.", param="tool_choice")
+    raise RequestError(f"Unknown tool_choice type {kind!r}.", param="tool_choice.type")
 
 
 def _allowed_tools(tools: tuple[ToolSpec, ...], choice: dict[str, Any],
                    definitions: dict[str, dict[str, Any]]) -> CallRules:
     mode = choice.get("mode", "auto")
     if mode not in ("auto", "required"):
-        raise APIError(f"allowed_tools mode must be 'auto' or 'required', not {mode!r}.", param="tool_choice.mode")
+        raise RequestError(f"allowed_tools mode must be 'auto' or 'required', not {mode!r}.", param="tool_choice.mode")
     entries = choice.get("tools")
     if not isinstance(entries, list) or not entries:
-        raise APIError("allowed_tools needs a non-empty `tools` list.", param="tool_choice.tools")
+        raise RequestError("allowed_tools needs a non-empty `tools` list.", param="tool_choice.tools")
     allowed = []
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict) or entry.get("type") not in ("function", "custom"):
-            raise APIError("allowed_tools entries are {'type': 'function' or 'custom', 'name': ...}.",
+            raise RequestError("allowed_tools entries are {'type': 'function' or 'custom', 'name': ...}.",
                            param=f"tool_choice.tools[{index}]")
         allowed.append(_named_tool(tools, entry, entry["type"], f"tool_choice.tools[{index}]"))
     return _rules(tuple(allowed), definitions, required=mode == "required",
@@ -126,7 +126,7 @@ def _named_tool(tools: tuple[ToolSpec, ...], choice: dict[str, Any], kind: str, 
     for tool in tools:
         if tool.kind == kind and name in (tool.name, tool.model_name):
             return tool
-    raise APIError(f"tool_choice names {kind} tool {name!r}, which is not among the request's tools.",
+    raise RequestError(f"tool_choice names {kind} tool {name!r}, which is not among the request's tools.",
                    param=f"{param}.name" if name is not None else param)
 
 
@@ -156,7 +156,7 @@ def _arguments_schema(tool: ToolSpec, definition: dict[str, Any]) -> tuple[dict[
         json_grammar(schema)
     except SchemaError as exc:
         if strict:
-            raise APIError(f"The parameters of strict function {tool.model_name!r} cannot be enforced: {exc}",
+            raise RequestError(f"The parameters of strict function {tool.model_name!r} cannot be enforced: {exc}",
                            param="tools") from exc
         return ANY_OBJECT, False
     return schema, strict
@@ -166,4 +166,4 @@ def _check_schema(schema: dict[str, Any], param: str) -> None:
     try:
         json_grammar(schema)
     except SchemaError as exc:
-        raise APIError(f"Invalid JSON schema: {exc}", param=param) from exc
+        raise RequestError(f"Invalid JSON schema: {exc}", param=param) from exc

@@ -60,6 +60,7 @@ class Engine(Protocol):
 
     tokenizer: Any
     max_model_len: int
+    model_type: str | None  # the model config's `model_type` (e.g. "gpt_oss", which chooses the harmony path)
     sampling_defaults: dict[str, float]  # the model's own defaults (generation_config.json), by SAMPLING_DEFAULT_KEYS
 
     def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]: ...

@@ -7,9 +7,9 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, get_args
 
-from server.engine.interface import Engine, EngineRequest, EngineStep
+from server.engine.interface import Engine, EngineFinish, EngineRequest, EngineStep
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,10 @@ class RecordingEngine:
         return self.inner.max_model_len
 
     @property
+    def model_type(self) -> str | None:
+        return self.inner.model_type
+
+    @property
     def sampling_defaults(self) -> dict[str, float]:
         return self.inner.sampling_defaults
 
@@ -85,6 +89,7 @@ class ReplayEngine:
         self.tokenizer = tokenizer
         self.max_model_len = max_model_len
         self.sampling_defaults = sampling_defaults or {}
+        self.model_type: str | None = None  # replays choose their path by --harmony
         self._next = itertools.cycle(recordings)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
@@ -105,4 +110,4 @@ class ReplayEngine:
 
 
 def _replayed_finish(recording: Recording) -> Any:
-    return recording.finish_reason if recording.finish_reason in ("stop", "length", "abort", "error") else "stop"
+    return recording.finish_reason if recording.finish_reason in get_args(EngineFinish) else "stop"

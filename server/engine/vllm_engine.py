@@ -1,4 +1,7 @@
-"""The engine adapter around vLLM's AsyncLLM: the only module that imports vLLM."""
+"""The engine adapter around vLLM's AsyncLLM, with vLLM's argument parser and tokenizer loading.
+
+vLLM is imported here and in `server/paths/vllm_tool_parser.py` (vLLM's tool parsers), nowhere else.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, Engine
 
 logger = logging.getLogger(__name__)
 
-# Settings that work on the CPU build (see shared/platform.md), applied unless the user sets them.
+# Settings that work on the CPU build (measured on 2-core x86 machines), applied unless the user sets them.
 CPU_DEFAULTS: dict[str, Any] = {
     "dtype": "float32",  # bfloat16 produced garbage on these CPUs
     "enforce_eager": True,  # engine start 22 s instead of ~3 min of compilation

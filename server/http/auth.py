@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hmac
 from pathlib import Path
-from typing import Any
 
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from server.http.errors import APIError
 
@@ -15,12 +15,12 @@ OPEN_PATHS = frozenset({"/health", "/metrics"})  # load balancers and scrapers c
 class APIKeyMiddleware:
     """An ASGI middleware in front of the whole app, so routes added later are covered too."""
 
-    def __init__(self, app: Any, keys: tuple[str, ...], open_paths: frozenset[str] = OPEN_PATHS) -> None:
+    def __init__(self, app: ASGIApp, keys: tuple[str, ...], open_paths: frozenset[str] = OPEN_PATHS) -> None:
         self.app = app
         self._keys = tuple(key.encode() for key in keys)
         self._open_paths = open_paths
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self._keys and scope["path"] not in self._open_paths:
             if not self._accepts(_authorization(scope)):
                 error = APIError("Incorrect API key provided.", status=401, code="invalid_api_key")
@@ -36,7 +36,7 @@ class APIKeyMiddleware:
         return matched and scheme.lower() == b"bearer"
 
 
-def _authorization(scope: Any) -> bytes:
+def _authorization(scope: Scope) -> bytes:
     for name, value in scope.get("headers") or ():
         if name == b"authorization":
             return bytes(value)

@@ -8,13 +8,13 @@ from fastapi import APIRouter, Depends, Request
 
 from server.conversation import stored_items, validated_items
 from server.http.bodies import json_object
-from server.serving import required_store, serving_context
+from server.http.context import required_store, serving_context
 from server.http.errors import APIError
 from server.http.stored_routes import PageQuery, list_page
 from server.store.interface import ResponseStore, StoredConversation
+from streaming.ids import CONVERSATION
 
 router = APIRouter()
-_CONVERSATION_PREFIX = "conv"
 
 
 @router.post("/v1/conversations")
@@ -23,7 +23,7 @@ async def create_conversation(request: Request) -> dict[str, Any]:
     context = serving_context(request)
     body = await json_object(request, empty={})
     items = stored_items(validated_items(body.get("items") or []), context.ids)
-    conversation = StoredConversation(context.ids(_CONVERSATION_PREFIX), int(context.clock()),
+    conversation = StoredConversation(context.ids(CONVERSATION), int(context.clock()),
                                       _metadata(body.get("metadata")))
     await store.create_conversation(conversation, items)
     return _conversation_json(conversation)

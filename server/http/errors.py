@@ -11,7 +11,9 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from server.errors import GenerationFailed, NotFound, RequestError, invalid_value
 from server.metrics import CLIENT_ERRORS
+from server.runs.admission import Draining, Overloaded
 from server.store.interface import StoreUnavailable
 
 
@@ -50,27 +52,14 @@ class APIError(Exception):
 
 
 def from_validation_error(exc: ValidationError | RequestValidationError, prefix: str = "") -> APIError:
-    """The most specific problem pydantic found, with its location as `param` (e.g. `input[0].content`).
-
-    `prefix` names the field that was validated on its own (`items` -> `items[0].role`).
-    """
-    first = max(exc.errors(), key=lambda error: len(error.get("loc", ())))
-    param = _param_path((prefix, *first.get("loc", ())) if prefix else first.get("loc", ()))
-    message = first.get("msg", "Invalid request")
-    return APIError(f"Invalid value for '{param}': {message}" if param else message, param=param or None)
+    """The most specific problem pydantic found, as a 400 naming its location (e.g. `input[0].content`)."""
+    return from_request_error(invalid_value(exc.errors(), prefix))
 
 
-def _param_path(loc: tuple[Any, ...]) -> str:
-    path = ""
-    for part in loc:
-        if part not in ("body", "query", "path") and not _is_union_tag(part):
-            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path
-
-
-def _is_union_tag(part: Any) -> bool:
-    """pydantic puts the union member it tried into `loc`: a class name or a type such as `list[...]`."""
-    return isinstance(part, str) and (part[:1].isupper() or "[" in part or part in ("str", "list", "dict"))
+def from_request_error(exc: RequestError) -> APIError:
+    """A domain error's answer: 404 for what does not exist, else 400."""
+    status = 404 if isinstance(exc, NotFound) else 400
+    return APIError(exc.message, status=status, param=exc.param, code=exc.code)
 
 
 async def api_error_handler(request: Request, exc: APIError) -> JSONResponse:
@@ -87,6 +76,24 @@ async def http_error_handler(_: Request, exc: StarletteHTTPException) -> JSONRes
     kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
     error = APIError(str(exc.detail), status=exc.status_code, type=kind)
     return error.response()
+
+
+async def request_error_handler(request: Request, exc: RequestError) -> JSONResponse:
+    return await api_error_handler(request, from_request_error(exc))
+
+
+async def overloaded_handler(_: Request, exc: Overloaded) -> JSONResponse:
+    error = APIError(str(exc), status=429, type="requests", code="rate_limit_exceeded")
+    return error.response({"Retry-After": str(exc.retry_after)})
+
+
+async def draining_handler(_: Request, exc: Draining) -> JSONResponse:
+    error = APIError(str(exc), status=503, type="server_error", code="server_shutting_down")
+    return error.response({"Retry-After": str(exc.retry_after)})
+
+
+async def generation_failed_handler(_: Request, exc: GenerationFailed) -> JSONResponse:
+    return APIError(exc.message, status=500, type="server_error").response()
 
 
 async def store_unavailable_handler(_: Request, exc: StoreUnavailable) -> JSONResponse:
@@ -106,5 +113,9 @@ def install(app: Any) -> None:
     app.add_exception_handler(APIError, api_error_handler)
     app.add_exception_handler(RequestValidationError, validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, http_error_handler)
+    app.add_exception_handler(RequestError, request_error_handler)
+    app.add_exception_handler(Overloaded, overloaded_handler)
+    app.add_exception_handler(Draining, draining_handler)
+    app.add_exception_handler(GenerationFailed, generation_failed_handler)
     app.add_exception_handler(StoreUnavailable, store_unavailable_handler)
     app.add_exception_handler(Exception, unexpected_error_handler)

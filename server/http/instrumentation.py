@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client import make_asgi_app
 from starlette.routing import Mount
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.metrics import HTTP_REQUESTS, metrics_registry
 
@@ -16,16 +16,16 @@ class RequestMetrics:
     """Counts every HTTP answer by method, route template (not the raw path: ids would explode the series) and
     status code."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] == "/metrics":
             await self.app(scope, receive, send)
             return
         status = 500  # what the client gets if the app fails before it answers
 
-        async def observing_send(message: Any) -> None:
+        async def observing_send(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.http.errors import APIError
 
@@ -15,11 +14,11 @@ class _TooLarge(Exception):
 class BodySizeLimit:
     """Bodies over `max_bytes` are refused: at once by their Content-Length, else as soon as the count passes it."""
 
-    def __init__(self, app: Any, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -30,7 +29,7 @@ class BodySizeLimit:
         received = 0
         started = False
 
-        async def counting_receive() -> Any:
+        async def counting_receive() -> Message:
             nonlocal received
             message = await receive()
             if message["type"] == "http.request":
@@ -39,7 +38,7 @@ class BodySizeLimit:
                     raise _TooLarge()
             return message
 
-        async def tracking_send(message: Any) -> None:
+        async def tracking_send(message: Message) -> None:
             nonlocal started
             started = started or message["type"] == "http.response.start"
             await send(message)
@@ -50,7 +49,7 @@ class BodySizeLimit:
             if not started:
                 await self._refuse(scope, receive, send)
 
-    async def _refuse(self, scope: Any, receive: Any, send: Any) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         error = APIError(f"The request body is larger than this server accepts ({self.max_bytes} bytes).",
                          status=413, code="request_too_large")
         await error.response()(scope, receive, send)

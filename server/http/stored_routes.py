@@ -8,7 +8,7 @@ from typing import Annotated, Any, AsyncIterator, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from server.serving import required_store, serving_context
+from server.http.context import required_store, serving_context
 from server.http.errors import APIError
 from server.http.event_stream import event_stream
 from server.runs.other_replicas import cancel_stored, follow_stored
@@ -34,7 +34,7 @@ async def retrieve_response(request: Request, response_id: str, stream: bool = F
     if live is not None:  # still generating in the background: its live state
         if stream:
             return event_stream(stored_frames(live.follow(starting_after)), serving_context(request).config)
-        return _json(live.stored.run.builder.response())
+        return _json(live.response())
     record = await _stored(store, response_id)
     if not stream:
         return record.response
@@ -57,7 +57,7 @@ async def cancel_response(request: Request, response_id: str) -> Any:
     store = required_store(request)
     live = await serving_context(request).background.cancel(response_id)
     if live is not None:
-        return _json(live.stored.run.builder.response())
+        return _json(live.response())
     record = await _stored(store, response_id)
     if not record.background:
         raise APIError("Only background responses can be cancelled.", param="response_id")

@@ -12,8 +12,9 @@ from parsers.tools import ToolTable
 from server.config import ServerConfig
 from server.constraints.harmony import harmony_structural_tag
 from server.constraints.rules import OutputRules
-from server.http.errors import APIError
-from server.paths.chat_template import RenderedPrompt, function_tools, tool_table
+from server.errors import RequestError
+from server.paths.base import RenderedPrompt
+from server.paths.tools import function_tools, tool_table
 from server.requests import (
     CustomToolCallItem,
     CustomToolCallOutputItem,
@@ -39,8 +40,6 @@ def harmony_encoding() -> Any:
 
 class HarmonyPath:
     """Renders requests as harmony conversations and parses output token by token."""
-
-    name = "harmony"
 
     def __init__(self, config: ServerConfig, today: datetime.date | None = None) -> None:
         self._config = config
@@ -118,7 +117,7 @@ def _input_messages(request: ResponsesRequest) -> list[Any]:
                        .with_recipient(FUNCTIONS_PREFIX + name).with_content_type("<|constrain|>json"))
         elif isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
             if item.call_id not in calls:
-                raise APIError(f"No tool call found for function call output with call_id '{item.call_id}'.",
+                raise RequestError(f"No tool call found for function call output with call_id '{item.call_id}'.",
                                param=f"input[{index}].call_id")
             author = Author.new(Role.TOOL, FUNCTIONS_PREFIX + calls[item.call_id])
             out.append(Message.from_author_and_content(author, item.text()).with_channel("commentary")

@@ -1,6 +1,6 @@
 """Any other tool-call parser vLLM registers, run through vLLM and converted into our deltas.
 
-Besides the engine adapter, the only module that imports vLLM. vLLM's streaming parsers take the whole
+vLLM's streaming parsers take the whole
 text so far on every call (`current_text`), so their cost per step grows with the output; the formats
 this project parses itself (parsers/registry.py) do not have that cost.
 """
@@ -8,7 +8,7 @@ this project parses itself (parsers/registry.py) do not have that cost.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from parsers.deltas import Delta, ItemEnded, OutputText, ToolCallArguments, ToolCallStarted
 from parsers.tools import ToolTable
@@ -51,12 +51,15 @@ class VllmToolParser:
                                               tools=chat_tools or None, tool_choice="auto")
         self._parser = self.parser_class(self.tokenizer, self._request.tools)
 
-    def feed_text(self, text: str, token_ids: Sequence[int] = ()) -> list[Delta]:
-        if not text and not token_ids:
+    def feed_text(self, text: str) -> list[Delta]:
+        """vLLM's parsers also read token ids: they get those of the answer text they are given (re-encoded),
+        which is all of it whether or not a reasoning parser took its part first."""
+        if not text:
             return []
+        token_ids = self.tokenizer.encode(text, add_special_tokens=False)
         previous_text, previous_ids = self._text, list(self._token_ids)
         self._text += text
-        self._token_ids += list(token_ids)
+        self._token_ids += token_ids
         message = self._parser.extract_tool_calls_streaming(
             previous_text, self._text, text, previous_ids, self._token_ids, list(token_ids), self._request)
         return self._convert(message)

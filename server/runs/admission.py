@@ -8,9 +8,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from server.http.errors import APIError
-
 RETRY_AFTER_SECONDS = 1
+
+
+class Overloaded(Exception):
+    """Refused: this process runs its maximum of responses at once; `retry_after` seconds is a fair wait."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"This server is running its maximum of {limit} responses at once; retry shortly.")
+        self.retry_after = RETRY_AFTER_SECONDS
+
+
+class Draining(Exception):
+    """Refused: this process is shutting down and admits no more responses."""
+
+    def __init__(self) -> None:
+        super().__init__("The server is shutting down; retry on another replica or shortly.")
+        self.retry_after = RETRY_AFTER_SECONDS
 
 
 @dataclass(eq=False)
@@ -38,13 +52,9 @@ class Admission:
 
     def admit(self) -> Slot:
         if self.draining:
-            raise APIError("The server is shutting down; retry on another replica or shortly.", status=503,
-                           type="server_error", code="server_shutting_down",
-                           headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+            raise Draining()
         if self.limit is not None and self.active >= self.limit:
-            raise APIError(f"This server is running its maximum of {self.limit} responses at once; retry shortly.",
-                           status=429, type="requests", code="rate_limit_exceeded",
-                           headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+            raise Overloaded(self.limit)
         slot = Slot(self)
         self.slots.add(slot)
         return slot

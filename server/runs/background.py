@@ -28,23 +28,31 @@ INTERRUPTED = "The server running this response stopped before it finished."
 
 @dataclass
 class LiveResponse:
-    """A background response while it runs here: its events so far (JSON) and a signal for followers."""
+    """A background response while it runs here: the events published so far (JSON) and a signal for followers."""
 
     stored: StoredRun
-    events: list[str] = field(default_factory=list)
+    published: list[str] = field(default_factory=list)
     done: bool = False
     task: asyncio.Task[None] | None = None
     writer: asyncio.Task[None] | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
+    @property
+    def response_id(self) -> str:
+        return self.stored.response_id
+
+    def response(self) -> Response:
+        """The response as it stands: an in-progress snapshot until it ends."""
+        return self.stored.response()
+
     def publish(self, data: str | None = None) -> None:
         if data is not None:
-            self.events.append(data)
+            self.published.append(data)
         self._changed.set()
 
     async def wait_beyond(self, count: int) -> None:
         """Until more than `count` events were published, or the response ended."""
-        while len(self.events) <= count and not self.done:
+        while len(self.published) <= count and not self.done:
             self._changed.clear()
             await self._changed.wait()
 
@@ -53,8 +61,8 @@ class LiveResponse:
         position = after + 1
         while True:
             await self.wait_beyond(position)
-            while position < len(self.events):
-                yield self.events[position]
+            while position < len(self.published):
+                yield self.published[position]
                 position += 1
             if self.done:
                 return
@@ -76,7 +84,7 @@ class BackgroundRuns:
         if stored.store is not None:
             await stored.save(owner=self.owner, lease_expires_at=self.clock() + self.lease_seconds)
         live = LiveResponse(stored)
-        self.live[stored.run.builder.response_id] = live
+        self.live[stored.response_id] = live
         loop = asyncio.get_running_loop()
         live.task = loop.create_task(self._run(live))
         if stored.store is not None:
@@ -102,20 +110,20 @@ class BackgroundRuns:
             for _, data in await live.stored.cancelled():
                 live.publish(data)
         except Exception:  # pragma: no cover - run.events() ends every failure in a terminal event
-            logger.exception("background response %s failed", live.stored.run.builder.response_id)
+            logger.exception("background response %s failed", live.response_id)
         finally:
             live.done = True
             live.publish()
-            self.live.pop(live.stored.run.builder.response_id, None)
+            self.live.pop(live.response_id, None)
 
     async def _write(self, live: LiveResponse) -> None:
         """Write the event log as it grows, a batch per store round trip, for followers on other replicas."""
         published = 0  # events published when the last write began
         while True:
             await live.wait_beyond(published)
-            if published == len(live.events):
+            if published == len(live.published):
                 return  # ended; the terminal save wrote the rest
-            published = len(live.events)
+            published = len(live.published)
             try:
                 await live.stored.save_new_events()
             except StoreUnavailable:

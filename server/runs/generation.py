@@ -8,14 +8,15 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Callable
 
-from openai.types.responses import ResponseStreamEvent
+from openai.types.responses import Response, ResponseStreamEvent
 
 from parsers.base import OutputParser
 from parsers.decoder import IncrementalDecoder
-from parsers.deltas import Finished, ItemEnded, OutputText, TokenLogprob, ToolCallStarted, Usage
+from parsers.deltas import ItemEnded, OutputText, TokenLogprob, ToolCallStarted
 from server.engine.interface import Engine, EngineRequest, EngineStep, StepLogprob
 from server.runs.admission import Slot
 from streaming.builder import ResponseBuilder
+from streaming.outcome import Finished, Usage
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +82,14 @@ class ResponseRun:
             if self.slot is not None:
                 self.slot.release()
 
+    @property
+    def response_id(self) -> str:
+        return self.builder.response_id
+
+    def response(self) -> Response:
+        """The terminal response, or an in-progress snapshot of what is finished so far."""
+        return self.builder.response()
+
     def stop(self, reason: str) -> None:
         """End the run at its next engine step (its request aborted) with a response.failed saying `reason`."""
         self._stop_reason = reason
@@ -109,8 +118,7 @@ class ResponseRun:
                     if step.finish_reason:
                         finished = Finished(step.finish_reason)
             if self.parser.error is None and not self._calls.capped:
-                tail = self.decoder.flush() if self.decoder else ""
-                for event in self.builder.feed(self.parser.feed([], tail) + self.parser.finish()):
+                for event in self.builder.feed(self.parser.finish()):
                     yield event
         except Exception as exc:  # the engine or a parser failed mid-stream: end as response.failed
             logger.exception("response %s failed", self.builder.response_id)

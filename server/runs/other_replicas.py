@@ -8,8 +8,8 @@ import json
 import time
 from typing import AsyncIterator
 
-from server.runs.stored_run import TERMINAL_EVENTS
 from server.store.interface import RUNNING, ResponseStore, StoredResponse
+from streaming.event_types import TERMINAL_EVENTS
 
 
 async def follow_stored(store: ResponseStore, response_id: str, after: int,

@@ -4,48 +4,18 @@ and its input and output added to its conversation."""
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from openai.types.responses import ResponseStreamEvent
+from openai.types.responses import Response, ResponseStreamEvent
 
-from server.metrics import CLIENT_DISCONNECTS, OUTPUT_TOKENS, RESPONSE_DURATION, RESPONSES, TIME_TO_FIRST_TOKEN
+from server.metrics import RESPONSES
 from server.runs.generation import ResponseRun
+from server.runs.timing import RunTiming
 from server.store.interface import ResponseStore, StoreUnavailable, StoredResponse
+from streaming.event_types import TERMINAL_EVENTS
 from streaming.sse import event_json
 
-TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
-FIRST_OUTPUT_EVENTS = frozenset({"response.output_text.delta", "response.reasoning_text.delta",
-                                 "response.function_call_arguments.delta", "response.refusal.delta"})
-
-
-@dataclass
-class RunTiming:
-    """A run's metrics: time to its first output delta, its duration, its tokens and how it ended."""
-
-    mode: str
-    started: float = field(default_factory=time.monotonic)
-    first_output: bool = False
-    finished: bool = False
-
-    def observe(self, event_type: str) -> None:
-        if not self.first_output and event_type in FIRST_OUTPUT_EVENTS:
-            self.first_output = True
-            TIME_TO_FIRST_TOKEN.observe(time.monotonic() - self.started)
-
-    def ended(self, status: str, output_tokens: int) -> None:
-        self.finished = True
-        RESPONSES.labels(status, self.mode).inc()
-        RESPONSE_DURATION.observe(time.monotonic() - self.started)
-        OUTPUT_TOKENS.inc(output_tokens)
-
-    def gone(self, background: bool, output_tokens: int) -> None:
-        """The iteration was cancelled before the end: by a background cancel, or because the client went away."""
-        if not self.finished:
-            OUTPUT_TOKENS.inc(output_tokens)
-            if not background:
-                CLIENT_DISCONNECTS.inc()
 
 
 @dataclass(frozen=True)
@@ -71,6 +41,14 @@ class StoredRun:
     _log: list[str] = field(default_factory=list)  # the events' JSON so far, when kept
     _saved: int = 0  # how many of the log's first events the store holds (a background log is written as it grows)
 
+    @property
+    def response_id(self) -> str:
+        return self.run.response_id
+
+    def response(self) -> Response:
+        """The terminal response, or an in-progress snapshot of what is finished so far."""
+        return self.run.response()
+
     async def events(self) -> AsyncIterator[tuple[ResponseStreamEvent, str]]:
         """Each event with its JSON (encoded once, for the wire and the log)."""
         timing = RunTiming(self.mode)
@@ -81,7 +59,7 @@ class StoredRun:
                     self._log.append(data)
                 timing.observe(event.type)
                 if event.type in TERMINAL_EVENTS:
-                    timing.ended(str(self.run.builder.response().status), self.run.output_tokens)
+                    timing.ended(str(self.run.response().status), self.run.output_tokens)
                     await self._finish()  # before the client can see the end and ask for the response
                 yield event, data
         except (asyncio.CancelledError, GeneratorExit):
@@ -94,7 +72,7 @@ class StoredRun:
         try:
             if self.store is not None:
                 await self.save(self._log)
-            response = self.run.builder.response()
+            response = self.run.response()
             if self.conversation is not None and response.status in ("completed", "incomplete"):
                 output = [item.model_dump(mode="json", by_alias=True, exclude_unset=True) for item in response.output]
                 await self.conversation.store.add_conversation_items(self.conversation.conversation_id,
@@ -119,7 +97,7 @@ class StoredRun:
         assert self.store is not None
         count = len(self._log)
         if count > self._saved:
-            await self.store.append_events(self.run.builder.response_id, self._log[self._saved:count])
+            await self.store.append_events(self.run.response_id, self._log[self._saved:count])
             self._saved = max(self._saved, count)  # only once committed: a follower never sees a gap
 
     async def save(self, log: list[str] | None = None, owner: str | None = None,
@@ -128,7 +106,7 @@ class StoredRun:
         response is first saved with its owner's lease."""
         assert self.store is not None
         log = log or []
-        response = self.run.builder.response()
+        response = self.run.response()
         await self.store.save(StoredResponse(
             id=response.id, created_at=response.created_at, status=str(response.status),
             response=response.model_dump(mode="json", by_alias=True, exclude_unset=True),

@@ -1,0 +1,40 @@
+"""What every model path provides (`ModelPath`), and the rendered prompt it hands to the run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from parsers.base import OutputParser
+from parsers.decoder import IncrementalDecoder
+from parsers.tools import ToolTable
+from server.constraints.rules import OutputRules
+from server.requests import ResponsesRequest
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """A prompt ready for the engine, with what the parsers need to know about it."""
+
+    token_ids: list[int]
+    text: str
+    tools: ToolTable | None
+    stop_token_ids: tuple[int, ...] = ()
+
+
+class ModelPath(Protocol):
+    """Chat-template models and harmony (gpt-oss) models differ only behind this interface."""
+
+    def render(self, request: ResponsesRequest) -> RenderedPrompt: ...
+
+    def structural_tag(self, rules: OutputRules) -> str | None:
+        """The grammar (an xgrammar structural tag) that makes the output follow `rules`; None: free output."""
+        ...
+
+    def new_parser(self, rendered: RenderedPrompt) -> OutputParser: ...
+
+    def new_decoder(self) -> IncrementalDecoder | None:
+        """The detokenizer the parser reads text from; None: the parser reads token ids only (harmony)."""
+        ...
+
+    def token_text(self, token_id: int) -> str: ...

@@ -1,0 +1,110 @@
+"""Request input items -> the chat-completions messages that Hugging Face chat templates expect (and the Hermes
+text form for templates with no tool section)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from server.errors import RequestError
+from server.requests import (
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    MessageItem,
+    ReasoningItem,
+    ResponsesRequest,
+)
+
+ChatMessage = dict[str, Any]
+
+
+def chat_messages(request: ResponsesRequest) -> list[ChatMessage]:
+    """The conversation in the chat-completions shape that Hugging Face chat templates expect."""
+    messages: list[ChatMessage] = []
+    if request.instructions:
+        messages.append({"role": "system", "content": request.instructions})
+    reasoning: list[str] = []  # reasoning waiting for the assistant message it led to
+    for index, item in enumerate(request.input_items()):
+        if isinstance(item, ReasoningItem):
+            reasoning.append(item.text())
+            continue
+        try:
+            _append_item(messages, item)
+        except ValueError as exc:
+            raise RequestError(str(exc), param=f"input[{index}]") from exc
+        if reasoning:  # it goes with the assistant message it led to; templates that do not use it ignore it
+            if messages[-1]["role"] == "assistant":
+                messages[-1]["reasoning_content"] = "".join(reasoning)
+            reasoning = []
+    return messages
+
+
+def _append_item(messages: list[ChatMessage], item: Any) -> None:
+    if isinstance(item, MessageItem):
+        role = "system" if item.role == "developer" else item.role
+        messages.append({"role": role, "content": item.text()})
+    elif isinstance(item, (FunctionCallItem, CustomToolCallItem)):
+        _assistant_for_tool_calls(messages)["tool_calls"].append(_tool_call(item))
+    elif isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
+        messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
+    else:  # pragma: no cover - the request model admits no other kinds
+        raise ValueError(f"unsupported input item {type(item).__name__}")
+
+
+def _assistant_for_tool_calls(messages: list[ChatMessage]) -> ChatMessage:
+    """The assistant message that collects consecutive tool calls (one turn may make several)."""
+    last = messages[-1] if messages else None
+    if last is None or last["role"] != "assistant" or "tool_calls" not in last:
+        if last is not None and last["role"] == "assistant":
+            last["tool_calls"] = []
+            return last
+        last = {"role": "assistant", "content": "", "tool_calls": []}
+        messages.append(last)
+    return last
+
+
+def _tool_call(item: FunctionCallItem | CustomToolCallItem) -> dict[str, Any]:
+    if isinstance(item, FunctionCallItem):
+        arguments: Any = _json_or_text(item.arguments)
+    else:
+        arguments = {"input": item.input}
+    return {"id": item.call_id, "type": "function", "function": {"name": item.model_name, "arguments": arguments}}
+
+
+def _json_or_text(arguments: str) -> Any:
+    try:
+        return json.loads(arguments) if arguments else {}
+    except json.JSONDecodeError:
+        return arguments
+
+
+HERMES_TOOL_PROMPT = (
+    "You are a function calling AI model. You are provided with function signatures within <tools></tools> "
+    "XML tags. You may call one or more functions to assist with the user query. Don't make assumptions about "
+    "what values to plug into functions. Here are the available tools: <tools>\n{tools}\n</tools>\n"
+    "For each function call return a json object with function name and arguments within <tool_call></tool_call> "
+    "XML tags as follows:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": <args-dict>}}\n</tool_call>"
+)
+
+
+def hermes_messages(messages: list[ChatMessage], tools: list[dict[str, Any]]) -> list[ChatMessage]:
+    """For a template with no tool section: tools in the system prompt, calls and results as Hermes text."""
+    description = HERMES_TOOL_PROMPT.format(tools="\n".join(json.dumps(t, separators=(",", ":")) for t in tools))
+    out: list[ChatMessage] = []
+    for message in messages:
+        if message.get("tool_calls"):
+            calls = "".join(
+                "<tool_call>\n" + json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]})
+                + "\n</tool_call>" for c in message["tool_calls"])
+            out.append({"role": "assistant", "content": (message.get("content") or "") + calls})
+        elif message["role"] == "tool":
+            out.append({"role": "user", "content": f"<tool_response>\n{message['content']}\n</tool_response>"})
+        else:
+            out.append(dict(message))
+    if out and out[0]["role"] == "system":
+        out[0]["content"] = f"{out[0]['content']}\n\n{description}"
+    else:
+        out.insert(0, {"role": "system", "content": description})
+    return out

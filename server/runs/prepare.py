@@ -1,0 +1,126 @@
+"""Assembling runs from requests: history, sealed items, the prompt rendered to fit, output rules and grammar,
+sampling and the builder. Everything that can reject a request happens here, before any byte of a stream is sent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from server.compaction import compacted_response, summary_request
+from server.constraints.rules import output_rules
+from server.conversation import stored_input_items, with_history
+from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
+from server.errors import GenerationFailed, NotFound, RequestError
+from server.paths.tools import tool_definitions
+from server.requests import ResponsesRequest
+from server.runs.echoed_settings import response_settings
+from server.runs.generation import ResponseRun
+from server.runs.stored_run import ConversationLink, StoredRun
+from server.sealed_items import open_sealed_items, reasoning_sealer
+from server.serving import ServingContext
+from server.truncation import render_to_fit
+from streaming.builder import ResponseBuilder
+
+
+async def prepare_stored_run(context: ServingContext, body: ResponsesRequest) -> StoredRun:
+    """The run for `POST /v1/responses`, with the conversation behind it and where it will be stored; it holds
+    its place under the concurrency limit."""
+    store = context.store if body.store else None
+    if body.background and store is None:
+        raise RequestError("Background responses must be stored (store: true, and a server with a store).",
+                           param="background")
+    run = prepare_run(context, await conversation_of(context, body), body)
+    run.slot = context.admission.admit()  # last: a request refused for any other reason takes no place
+    link = ConversationLink(context.store, body.conversation) if body.conversation and context.store else None
+    input_items = stored_input_items(body, context.ids) if store is not None or link is not None else []
+    keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
+    mode = "background" if body.background else "stream" if body.stream else "json"
+    return StoredRun(run, store, input_items, body.previous_response_id, keep_event_log=keep_log,
+                     background=body.background, conversation=link, mode=mode)
+
+
+async def input_token_count(context: ServingContext, body: ResponsesRequest) -> int:
+    """The `usage.input_tokens` a response to `body` would report: its run is prepared, not started."""
+    run = prepare_run(context, await conversation_of(context, body), body)
+    return len(run.request.prompt_token_ids)
+
+
+@dataclass
+class CompactionRun:
+    """The model summarizing a conversation; once its run has ended, `result()` is the compacted response."""
+
+    stored: StoredRun
+    conversation: ResponsesRequest
+    context: ServingContext
+
+    def result(self) -> dict[str, Any]:
+        """The SDK's `CompactedResponse`: one sealed `compaction` item to continue from."""
+        summary = self.stored.response()
+        if summary.status not in ("completed", "incomplete"):
+            message = summary.error.message if summary.error else "the summary could not be generated"
+            raise GenerationFailed(f"Compaction failed: {message}.")
+        return compacted_response(summary, self.conversation, self.context.sealer, self.context.ids)
+
+
+async def prepare_compaction(context: ServingContext, body: ResponsesRequest) -> CompactionRun:
+    """The summarizing run for `POST /v1/responses/compact`, holding its place under the concurrency limit."""
+    if body.model is None:
+        raise RequestError("model is required.", param="model")
+    conversation = await conversation_of(context, body)
+    if not conversation.input_items():
+        raise RequestError("There is nothing to compact: give input or previous_response_id.", param="input")
+    summarizing = summary_request(conversation)
+    run = prepare_run(context, summarizing, summarizing)
+    run.slot = context.admission.admit()
+    return CompactionRun(StoredRun(run, None, keep_event_log=False), conversation, context)
+
+
+async def conversation_of(context: ServingContext, body: ResponsesRequest) -> ResponsesRequest:
+    """The request with its stored history before it and sealed items opened: what the model sees."""
+    return open_sealed_items(await with_history(body, context.store), context.sealer)
+
+
+def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest) -> ResponseRun:
+    """The run for `conversation` (the request with its history), echoing `body` (the request as sent)."""
+    served = context.config.served_model_name
+    if body.model is not None and body.model != served:
+        raise NotFound(f"The model '{body.model}' does not exist; this server serves '{served}'.",
+                       param="model", code="model_not_found")
+    if not conversation.input_items():
+        raise RequestError("input must not be empty (unless previous_response_id continues a conversation).",
+                           param="input")
+    engine, path = context.started()
+    rendered = render_to_fit(path.render, conversation, engine.max_model_len)
+    rules = output_rules(conversation, rendered.tools, tool_definitions(conversation))
+    prompt = rendered.token_ids
+    room = engine.max_model_len - len(prompt)
+    logprobs = (body.top_logprobs or 0) if body.wants_logprobs() else None
+    sampling = SamplingSettings(
+        max_tokens=min(body.max_output_tokens or room, room),
+        stop_token_ids=rendered.stop_token_ids,
+        logprobs=logprobs,
+        structural_tag=path.structural_tag(rules),
+        **sampling_values(body, engine.sampling_defaults),
+    )
+    settings = response_settings(body, served) | {"temperature": sampling.temperature, "top_p": sampling.top_p}
+    seal = reasoning_sealer(context.sealer) if body.wants_encrypted_reasoning() else None
+    builder = ResponseBuilder(settings, ids=context.ids, clock=context.clock, seal_reasoning=seal,
+                              summarize_reasoning=body.wants_reasoning_summary())
+    return ResponseRun(
+        engine=engine,
+        request=EngineRequest(builder.response_id, prompt, sampling),
+        parser=path.new_parser(rendered),
+        decoder=path.new_decoder(),
+        builder=builder,
+        token_text=path.token_text if logprobs is not None else None,
+        max_tool_calls=rules.max_calls,
+    )
+
+
+def sampling_values(body: ResponsesRequest, defaults: dict[str, float]) -> dict[str, Any]:
+    """The request's own sampling values, else the model's defaults (generation_config.json), as vLLM serves them."""
+    values: dict[str, Any] = {key: defaults.get(key) for key in SAMPLING_DEFAULT_KEYS}
+    for key in ("temperature", "top_p"):
+        if getattr(body, key) is not None:
+            values[key] = getattr(body, key)
+    return values
