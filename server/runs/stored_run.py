@@ -25,6 +25,9 @@ class ConversationLink:
     store: ResponseStore
     conversation_id: str
 
+    async def add(self, items: list[dict[str, Any]]) -> None:
+        await self.store.add_conversation_items(self.conversation_id, items)
+
 
 @dataclass
 class StoredRun:
@@ -75,8 +78,7 @@ class StoredRun:
             response = self.run.response()
             if self.conversation is not None and response.status in ("completed", "incomplete"):
                 output = [item.model_dump(mode="json", by_alias=True, exclude_unset=True) for item in response.output]
-                await self.conversation.store.add_conversation_items(self.conversation.conversation_id,
-                                                                     self.input_items + output)
+                await self.conversation.add(self.input_items + output)
         except StoreUnavailable:
             pass
 
