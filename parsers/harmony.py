@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal, Sequence
 
 from parsers.deltas import (
@@ -21,6 +22,22 @@ FUNCTIONS_PREFIX = "functions."
 OpenKind = Literal["reasoning", "message", "call", "custom"]
 
 
+@dataclass(frozen=True)
+class HarmonyTokens:
+    """The special token ids that delimit harmony messages, resolved once per encoding."""
+
+    message: int  # `<|message|>`: the header is over, the body follows
+    ends: frozenset[int]  # `<|end|>`, `<|call|>`, `<|return|>`: the message is over
+
+    @classmethod
+    def of(cls, encoding: Any) -> HarmonyTokens:
+        def token(text: str) -> int:
+            (token_id,) = encoding.encode(text, allowed_special="all")
+            return int(token_id)
+
+        return cls(message=token("<|message|>"), ends=frozenset(token(t) for t in ("<|end|>", "<|call|>", "<|return|>")))
+
+
 @dataclass
 class HarmonyParser:
     """Maps harmony messages to items as they stream, whatever the engine's step size.
@@ -29,21 +46,28 @@ class HarmonyParser:
     arguments are the message body; `commentary` with no recipient -> a message (a preamble). Every message
     end inside a step closes its item. A malformed token stream stops parsing and sets `error`; what was
     parsed before stays.
+
+    Cost per token is constant: message boundaries are read from the token ids (`HarmonyTokens`), and of
+    openai_harmony's StreamableParser only `process`, `last_content_delta`, `current_channel` and
+    `current_recipient` are used, never `state` or `messages`, which serialize the whole parser state per call.
     """
 
     encoding: Any
     tools: ToolTable | None = None
     reasoning_tokens: int = 0
     error: str | None = None
+    stream_parser: Any = None  # makes openai_harmony's StreamableParser (tests pass a watched one)
     _parser: Any = None
+    _tokens: HarmonyTokens | None = None
+    _in_body: bool = False  # between `<|message|>` and the message's end token
     _open: OpenKind | None = None
     _custom: tuple[ToolSpec, list[str]] | None = None  # a custom tool's call is buffered to its end
-    _messages: int = 0  # messages the harmony parser has completed
 
     def __post_init__(self) -> None:
         from openai_harmony import Role, StreamableParser
 
-        self._parser = StreamableParser(self.encoding, role=Role.ASSISTANT)
+        self._parser = (self.stream_parser or StreamableParser)(self.encoding, role=Role.ASSISTANT)
+        self._tokens = _harmony_tokens(self.encoding)
 
     def feed(self, token_ids: Sequence[int], text: str = "", token_ends: Sequence[int] | None = None) -> list[Delta]:
         deltas: list[Delta] = []
@@ -51,16 +75,17 @@ class HarmonyParser:
             if self.error is not None:
                 break
             deltas += self._token(token_id)
-        return merge_adjacent(deltas)
+        return merge_adjacent(deltas) if len(deltas) > 1 else deltas
 
     def finish(self) -> list[Delta]:
         """An unfinished message stays open: the builder closes it (incomplete when the output was cut)."""
         return []
 
     def _token(self, token_id: int) -> list[Delta]:
-        from openai_harmony import HarmonyError, StreamState
+        from openai_harmony import HarmonyError
 
-        parser = self._parser
+        parser, tokens = self._parser, self._tokens
+        assert tokens is not None
         was_analysis = parser.current_channel == "analysis"
         try:
             parser.process(token_id)
@@ -68,19 +93,24 @@ class HarmonyParser:
             self.error = f"the model's output is not valid harmony: {exc}"
             return []
         deltas: list[Delta] = []
-        if parser.state == StreamState.CONTENT:
-            if self._open is None:
-                deltas += self._open_message(parser.current_channel, parser.current_recipient)
-            if parser.last_content_delta:
-                deltas += self._content(parser.last_content_delta)
+        ended = self._in_body and token_id in tokens.ends
+        if self._in_body and not ended:
+            delta = parser.last_content_delta
+            if delta:
+                deltas = self._content(delta)
+        elif token_id == tokens.message:  # the body begins: the header says what the message is
+            self._in_body = True
+            deltas = self._open_message(parser.current_channel, parser.current_recipient)
         if was_analysis or parser.current_channel == "analysis":
             self.reasoning_tokens += 1
-        if len(parser.messages) > self._messages:  # a message ended with this token
-            self._messages = len(parser.messages)
+        if ended:
+            self._in_body = False
             deltas += self._close_message()
         return deltas
 
     def _open_message(self, channel: str | None, recipient: str | None) -> list[Delta]:
+        if self._open is not None:  # a second header before the first message ended
+            return []
         if recipient and recipient != "assistant":
             name = recipient.removeprefix(FUNCTIONS_PREFIX)
             tool = self.tools.lookup(name) if self.tools else ToolSpec(name)
@@ -112,6 +142,11 @@ class HarmonyParser:
             return [ToolCallStarted(tool.name, kind="custom"), ToolCallArguments(_custom_input("".join(body))),
                     ItemEnded()]
         return [ItemEnded()] if kind is not None else []
+
+
+@lru_cache(maxsize=None)
+def _harmony_tokens(encoding: Any) -> HarmonyTokens:
+    return HarmonyTokens.of(encoding)
 
 
 def _custom_input(body: str) -> str:
