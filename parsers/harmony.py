@@ -60,13 +60,16 @@ class HarmonyParser:
     _parser: Any = None
     _tokens: HarmonyTokens | None = None
     _in_body: bool = False  # between `<|message|>` and the message's end token
+    _analysis: bool = False  # the current channel is `analysis` (as last read)
+    _harmony_error: type[Exception] = Exception
     _open: OpenKind | None = None
     _custom: tuple[ToolSpec, list[str]] | None = None  # a custom tool's call is buffered to its end
 
     def __post_init__(self) -> None:
-        from openai_harmony import Role, StreamableParser
+        from openai_harmony import HarmonyError, Role, StreamableParser
 
         self._parser = (self.stream_parser or StreamableParser)(self.encoding, role=Role.ASSISTANT)
+        self._harmony_error = HarmonyError
         self._tokens = _harmony_tokens(self.encoding)
 
     def feed(self, token_ids: Sequence[int], text: str = "", token_ends: Sequence[int] | None = None) -> list[Delta]:
@@ -82,31 +85,28 @@ class HarmonyParser:
         return []
 
     def _token(self, token_id: int) -> list[Delta]:
-        from openai_harmony import HarmonyError
-
         parser, tokens = self._parser, self._tokens
         assert tokens is not None
-        was_analysis = parser.current_channel == "analysis"
         try:
             parser.process(token_id)
-        except HarmonyError as exc:
+        except self._harmony_error as exc:
             self.error = f"the model's output is not valid harmony: {exc}"
             return []
-        deltas: list[Delta] = []
-        ended = self._in_body and token_id in tokens.ends
-        if self._in_body and not ended:
+        if self._in_body and token_id not in tokens.ends:  # the per-token case: more of the body
+            if self._analysis:  # the channel does not change inside a body
+                self.reasoning_tokens += 1
             delta = parser.last_content_delta
-            if delta:
-                deltas = self._content(delta)
-        elif token_id == tokens.message:  # the body begins: the header says what the message is
-            self._in_body = True
-            deltas = self._open_message(parser.current_channel, parser.current_recipient)
-        if was_analysis or parser.current_channel == "analysis":
+            return self._content(delta) if delta else []
+        was_analysis, self._analysis = self._analysis, parser.current_channel == "analysis"
+        if was_analysis or self._analysis:
             self.reasoning_tokens += 1
-        if ended:
+        if self._in_body:  # the message's end token
             self._in_body = False
-            deltas += self._close_message()
-        return deltas
+            return self._close_message()
+        if token_id == tokens.message:  # the body begins: the header says what the message is
+            self._in_body = True
+            return self._open_message(parser.current_channel, parser.current_recipient)
+        return []
 
     def _open_message(self, channel: str | None, recipient: str | None) -> list[Delta]:
         if self._open is not None:  # a second header before the first message ended

@@ -26,7 +26,7 @@ def _tokens(text: str) -> list[int]:
 
 
 def _body(text: str) -> list[int]:
-    return list(harmony_encoding().encode(text, allowed_special=set()))
+    return list(harmony_encoding().encode(text, disallowed_special=()))
 
 
 @st.composite
