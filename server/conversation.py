@@ -70,7 +70,7 @@ async def with_history(request: ResponsesRequest, store: ResponseStore | None) -
     history: list[dict[str, Any]] = []
     for record in reversed(chain):
         history += record.input_items + list(record.response.get("output") or [])
-    items = _ITEMS.validate_python(history) + request.input_items()
+    items = _ITEMS.validate_python(_plaintext(history)) + request.input_items()
     return request.model_copy(update={"input": items})
 
 
@@ -82,4 +82,11 @@ async def _with_conversation(request: ResponsesRequest, store: ResponseStore | N
     if store is None or await store.get_conversation(request.conversation) is None:
         raise NotFound(f"Conversation with id '{request.conversation}' not found.", param="conversation")
     history, _ = await store.conversation_items(request.conversation, None, None, "asc")
-    return request.model_copy(update={"input": _ITEMS.validate_python(history) + request.input_items()})
+    return request.model_copy(update={"input": _ITEMS.validate_python(_plaintext(history)) + request.input_items()})
+
+
+def _plaintext(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored items as the model reads them: reasoning whose text is stored is not opened again from its
+    `encrypted_content` (which a changed or unshared reasoning key could no longer open)."""
+    return [{key: value for key, value in item.items() if key != "encrypted_content"}
+            if item.get("type") == "reasoning" and item.get("content") else item for item in items]

@@ -175,6 +175,24 @@ InputItem = Annotated[
 ]
 
 
+def _check_tool(tool: dict[str, Any], where: str) -> None:
+    """The shapes the server reads of a tool: its type, a function's schema, a namespace's member tools."""
+    if not isinstance(tool.get("type"), str):
+        raise ValueError(f"{where} needs a string 'type'")
+    parameters = tool.get("parameters")
+    if tool["type"] == "function" and parameters is not None:
+        if not isinstance(parameters, dict):
+            raise ValueError(f"{where}.parameters must be a JSON schema object")
+        if not isinstance(parameters.get("properties", {}), dict):
+            raise ValueError(f"{where}.parameters.properties must be an object")
+    if tool["type"] == "namespace":
+        members = tool.get("tools", [])
+        if not isinstance(members, list) or not all(isinstance(member, dict) for member in members):
+            raise ValueError(f"{where}.tools must be a list of tool objects")
+        for position, member in enumerate(members):
+            _check_tool(member, f"{where}.tools[{position}]")
+
+
 class ResponsesRequest(_Lenient):
     """The request fields the server acts on; everything else a client sends is accepted and ignored.
 
@@ -236,8 +254,7 @@ class ResponsesRequest(_Lenient):
     @classmethod
     def _tools_have_types(cls, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for index, tool in enumerate(tools):
-            if not isinstance(tool.get("type"), str):
-                raise ValueError(f"tools[{index}] needs a string 'type'")
+            _check_tool(tool, f"tools[{index}]")
         return tools
 
     def input_items(self) -> list[Any]:

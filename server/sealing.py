@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import secrets
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 PREFIX = "rsv1."
 KEY_FILE = "reasoning.key"
+_RAW = "hex:"
 _NONCE = 12
 _KEY_ID = 4
 
@@ -70,20 +72,53 @@ class Sealer:
 
 
 def sealer_from(secrets_text: str | None, data_dir: Path) -> Sealer:
-    """Keys from `--reasoning-key` (comma-separated secrets), else a key file made once in the data directory."""
+    """Keys from `--reasoning-key` (comma-separated), else a key file made once in the data directory.
+
+    An entry `hex:` + 64 hex digits is a raw key (the key file's, carried to other replicas as
+    `--reasoning-key hex:$(cat reasoning.key)`); any other entry is a secret that a key is derived from.
+    """
     if secrets_text:
-        keys = tuple(_derive(secret) for secret in secrets_text.split(",") if secret.strip())
+        keys = tuple(_key(secret.strip()) for secret in secrets_text.split(",") if secret.strip())
         if not keys:
             raise ValueError("--reasoning-key holds no secret")
         return Sealer(keys)
     path = data_dir / KEY_FILE
     if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(secrets.token_hex(32) + "\n")
-        temporary.chmod(0o600)
-        temporary.replace(path)
-    return Sealer((bytes.fromhex(path.read_text().strip()),))
+        _create_key_file(path)
+    return Sealer((_raw_key(path.read_text().strip()),))
+
+
+def _create_key_file(path: Path) -> None:
+    """A new random key, private from its first byte (mkstemp makes files 0600) and published atomically: of
+    several first starts at once, one key wins and every start reads that one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{KEY_FILE}.")
+    try:
+        with os.fdopen(descriptor, "w") as out:
+            out.write(secrets.token_hex(32) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        try:
+            os.link(temporary, path)  # fails if another start published its key first: that one is kept
+        except FileExistsError:
+            pass
+    finally:
+        os.unlink(temporary)
+
+
+def _key(entry: str) -> bytes:
+    return _raw_key(entry) if entry.startswith(_RAW) else _derive(entry)
+
+
+def _raw_key(text: str) -> bytes:
+    """A key written as hex (the key file holds its key so, with or without the `hex:` prefix)."""
+    try:
+        key = bytes.fromhex(text.removeprefix(_RAW))
+    except ValueError:
+        raise ValueError("a raw reasoning key is `hex:` and 64 hex digits") from None
+    if len(key) != 32:
+        raise ValueError("a raw reasoning key is `hex:` and 64 hex digits (256 bits)")
+    return key
 
 
 def _derive(secret: str) -> bytes:

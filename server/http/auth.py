@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hmac
+import re
 from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from server.http.errors import APIError
 
+_COMMENT = re.compile(r"\s#")  # `KEY  # comment`: what follows is not part of the key
 OPEN_PATHS = frozenset({"/health", "/metrics"})  # load balancers and scrapers come without a key
 
 
@@ -44,8 +46,10 @@ def _authorization(scope: Scope) -> bytes:
 
 
 def api_keys(keys: str | None, key_file: Path | None) -> tuple[str, ...]:
-    """Keys from `--api-key` (comma-separated) and `--api-key-file` (one per line, `#` comments)."""
+    """Keys from `--api-key` (comma-separated) and `--api-key-file` (one per line; `#` starts a comment, on its own
+    line or after the key and a space)."""
     found = [key.strip() for key in (keys or "").split(",")]
     if key_file is not None:
-        found += [line.strip() for line in key_file.read_text().splitlines() if not line.lstrip().startswith("#")]
+        found += [_COMMENT.split(line, maxsplit=1)[0].strip() for line in key_file.read_text().splitlines()
+                  if not line.lstrip().startswith("#")]
     return tuple(key for key in found if key)

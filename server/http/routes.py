@@ -22,6 +22,7 @@ from server.runs.stored_run import StoredRun
 from streaming.sse import encode_event, stored_frames
 
 router = APIRouter()
+CLIENT_CLOSED_REQUEST = 499
 
 @router.get("/health")
 async def health() -> dict[str, str]:
@@ -48,7 +49,8 @@ async def create_response(request: Request) -> Response:
         return _json(stored)
     if body.stream:
         return event_stream(_sse_frames(stored), context.config)
-    await _run_while_connected(stored, request.receive)
+    if not await _run_while_connected(stored, request.receive):
+        return _client_gone()
     return _json(stored)
 
 
@@ -60,10 +62,11 @@ async def count_input_tokens(request: Request) -> dict[str, Any]:
 
 
 @router.post("/v1/responses/compact")
-async def compact(request: Request) -> dict[str, Any]:
+async def compact(request: Request) -> Any:
     """The model summarizes the conversation; the answer is one sealed `compaction` item to continue from."""
     compaction = await prepare_compaction(serving_context(request), await _read_body(request))
-    await _run_while_connected(compaction.stored, request.receive)
+    if not await _run_while_connected(compaction.stored, request.receive):
+        return _client_gone()
     return compaction.result()
 
 
@@ -75,6 +78,12 @@ async def _read_body(request: Request) -> ResponsesRequest:
         raise from_validation_error(exc) from None
 
 
+def _client_gone() -> Response:
+    """The answer to a client that went away before its response was ready: nobody reads it; 499 (nginx's
+    "client closed request") keeps it out of the server-error counts."""
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
 def _json(stored: StoredRun) -> JSONResponse:
     return JSONResponse(json.loads(stored.response().to_json(indent=None)))
 
@@ -84,9 +93,9 @@ async def _sse_frames(stored: StoredRun) -> AsyncIterator[Any]:
         yield encode_event(event, data)
 
 
-async def _run_while_connected(stored: StoredRun, receive: Receive) -> None:
-    """Run to the terminal event; a client that goes away (`http.disconnect`, awaited as Starlette's
-    StreamingResponse does) cancels the run and so its engine request."""
+async def _run_while_connected(stored: StoredRun, receive: Receive) -> bool:
+    """Run to the terminal event (True); a client that goes away (`http.disconnect`, awaited as Starlette's
+    StreamingResponse does) cancels the run and so its engine request (False)."""
 
     async def run() -> None:
         async for _ in stored.events():
@@ -101,7 +110,10 @@ async def _run_while_connected(stored: StoredRun, receive: Receive) -> None:
         await asyncio.wait({task, listener}, return_when=asyncio.FIRST_COMPLETED)
         if not task.done():
             task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return False
         await task
+        return True
     finally:
         task.cancel()
         listener.cancel()

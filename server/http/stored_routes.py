@@ -16,6 +16,8 @@ from server.store.interface import RUNNING, ResponseStore, StoredResponse
 from streaming.sse import stored_frames
 
 router = APIRouter()
+# Sequence numbers are stored as 64-bit integers; a larger `starting_after` is a 400, not an overflow.
+MAX_SEQUENCE_NUMBER = 2**63 - 1
 
 
 async def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
@@ -28,7 +30,7 @@ async def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
 
 @router.get("/v1/responses/{response_id}")
 async def retrieve_response(request: Request, response_id: str, stream: bool = False,
-                            starting_after: int = Query(default=-1, ge=-1)) -> Any:
+                            starting_after: int = Query(default=-1, ge=-1, le=MAX_SEQUENCE_NUMBER)) -> Any:
     store = required_store(request)
     live = serving_context(request).background.get(response_id)
     if live is not None:  # still generating in the background: its live state

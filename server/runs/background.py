@@ -82,7 +82,11 @@ class BackgroundRuns:
     async def start(self, stored: StoredRun) -> LiveResponse:
         """Save the response as in progress under this replica's lease, then generate it detached from the request."""
         if stored.store is not None:
-            await stored.save(owner=self.owner, lease_expires_at=self.clock() + self.lease_seconds)
+            try:
+                await stored.save(owner=self.owner, lease_expires_at=self.clock() + self.lease_seconds)
+            except BaseException:
+                stored.run.release()  # it will never run
+                raise
         live = LiveResponse(stored)
         self.live[stored.response_id] = live
         loop = asyncio.get_running_loop()

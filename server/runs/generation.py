@@ -79,8 +79,7 @@ class ResponseRun:
                             self.builder.response_id, self.output_tokens)
             raise
         finally:
-            if self.slot is not None:
-                self.slot.release()
+            self.release()
 
     @property
     def response_id(self) -> str:
@@ -89,6 +88,11 @@ class ResponseRun:
     def response(self) -> Response:
         """The terminal response, or an in-progress snapshot of what is finished so far."""
         return self.builder.response()
+
+    def release(self) -> None:
+        """Give back this run's place under the concurrency limit (when it will never run; a run's end does it)."""
+        if self.slot is not None:
+            self.slot.release()
 
     def stop(self, reason: str) -> None:
         """End the run at its next engine step (its request aborted) with a response.failed saying `reason`."""

@@ -1,0 +1,165 @@
+"""Integrity: nothing lost, nothing told twice (issue points named in each test), with a scripted engine and real
+stores."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from server.config import ServerConfig
+from server.http.app import create_app
+from server.http.auth import api_keys
+from server.sealing import Sealer, sealer_from
+from server.serving import ServingContext
+from server.store.sqlite import SqliteStore
+from tests.conftest import serve_in_thread
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+from tests.test_server import MODEL, Harness, answer_tokens
+from tests.test_store import say
+from tests.test_store_faults import FaultyStore
+from tests.validator import validate_events
+
+
+def serve(tokenizer: Any, store: Any = None, **config: Any) -> tuple[ScriptedEngine, Any, ServingContext]:
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL, **config), engine_factory=lambda: engine,
+                             store=store)
+    return engine, serve_in_thread(create_app(context)), context
+
+
+def test_a_background_start_the_store_refused_gives_its_place_back(tokenizer: Any, tmp_path: Path) -> None:
+    """Point 1: a failed background start held its concurrency slot forever (every later request a 429)."""
+    store = FaultyStore(SqliteStore(tmp_path / "responses.db"))
+    engine, server, context = serve(tokenizer, store, max_concurrent_requests=2)
+    with server as base_url:
+        harness = Harness(engine, base_url)
+        store.broken = True
+        for _ in range(3):
+            assert harness.post(input="x", background=True).status_code == 503
+        store.broken = False
+        harness.play(say(tokenizer, "Still served."))
+        answered = harness.post(input="y")
+        assert answered.status_code == 200, answered.text
+        assert context.admission.active == 0
+
+
+def test_a_chain_survives_a_new_reasoning_key(tokenizer: Any, tmp_path: Path) -> None:
+    """Point 9: the history behind previous_response_id was re-opened from the old key's encrypted_content."""
+    db = tmp_path / "responses.db"
+    thinking = tokenizer.encode("<think>I recall Paris.</think>Paris.", add_special_tokens=False)
+    for key in ("first key", "second key"):
+        engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(thinking + [tokenizer.eos_token_id],
+                                                                                 cuts=[3])])
+        config = ServerConfig(served_model_name=MODEL, reasoning_parser="qwen3")
+        context = ServingContext(config=config, engine_factory=lambda: engine, store=SqliteStore(db),
+                                 sealer=sealer_from(key, tmp_path))
+        with serve_in_thread(create_app(context)) as base_url:
+            harness = Harness(engine, base_url)
+            if key == "first key":
+                first = harness.post(input="Capital?", include=["reasoning.encrypted_content"]).json()
+                assert first["output"][0]["type"] == "reasoning" and first["output"][0]["encrypted_content"]
+            else:
+                chained = harness.post(input="And of Italy?", previous_response_id=first["id"])
+                assert chained.status_code == 200, chained.text
+                prompt = tokenizer.decode(engine.requests[-1].prompt_token_ids)
+                assert "Capital?" in prompt and "Paris." in prompt
+
+
+def _first_start(directory: str, barrier: Any, out: Any) -> None:
+    barrier.wait()
+    out.put(sealer_from(None, Path(directory)).keys[0].hex())
+
+
+def test_first_starts_at_once_agree_on_one_private_key(tmp_path: Path) -> None:
+    """Point 10: two first starts raced on one temp file and could each keep another key."""
+    for attempt in range(5):
+        directory = tmp_path / f"data{attempt}"
+        context = multiprocessing.get_context("fork")
+        barrier, out = context.Barrier(6), context.Queue()
+        workers = [context.Process(target=_first_start, args=(str(directory), barrier, out)) for _ in range(6)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(30)
+        keys = {out.get(timeout=5) for _ in workers}
+        assert len(keys) == 1
+        assert (directory / "reasoning.key").stat().st_mode & 0o777 == 0o600
+        assert sorted(p.name for p in directory.iterdir()) == ["reasoning.key"]  # no temp file left
+
+
+def test_the_key_file_key_can_be_given_as_reasoning_key(tmp_path: Path) -> None:
+    """Point 10: a raw key could not be carried from the key file to --reasoning-key (it was derived again)."""
+    from_file = sealer_from(None, tmp_path)
+    raw = (tmp_path / "reasoning.key").read_text().strip()
+    given = sealer_from(f"hex:{raw}", tmp_path / "elsewhere")
+    assert given.open("reasoning", from_file.seal("reasoning", {"text": "t"})) == {"text": "t"}
+    assert sealer_from("a passphrase", tmp_path).keys != Sealer.ephemeral().keys
+
+
+def test_a_json_client_that_goes_away_is_no_server_error(tokenizer: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Point 11: a non-streaming client that disconnected was a 500 ("Exception in ASGI application")."""
+    engine, server, _ = serve(tokenizer)
+    caplog.set_level(logging.ERROR)
+    with server as base_url:
+        harness = Harness(engine, base_url)
+        engine.step_delay = 0.1
+        harness.play(steps_from_tokens(answer_tokens(tokenizer) * 3, cuts=list(range(1, 60))))
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(f"{base_url}/responses", json={"model": MODEL, "input": "slow"}, timeout=0.5)
+        assert harness.engine_aborted_last_request()
+        time.sleep(0.3)
+        metrics = httpx.get(base_url.removesuffix("/v1") + "/metrics").text
+    assert 'route="/v1/responses",status="500"' not in metrics
+    assert not [r for r in caplog.records if "Exception in ASGI application" in r.getMessage()]
+
+
+@pytest.mark.parametrize("body", [
+    {"input": "x", "tools": [{"type": "function", "name": "f", "parameters": "a string"}]},
+    {"input": "x", "tools": [{"type": "function", "name": "f", "parameters": {"properties": "no"}}]},
+    {"input": "x", "tools": [{"type": "namespace", "name": "ns", "tools": ["f", "g"]}]},
+    {"input": "x", "tools": [{"type": "namespace", "name": "ns", "tools": "f"}]},
+], ids=["parameters a string", "properties a string", "namespace of strings", "namespace tools a string"])
+def test_malformed_tool_shapes_are_a_400(tokenizer: Any, body: dict[str, Any]) -> None:
+    """Point 12: tools whose parameters is a string, or a namespace holding strings, were 500s."""
+    engine, server, _ = serve(tokenizer)
+    with server as base_url:
+        Harness(engine, base_url).play(say(tokenizer, "ok"))
+        for stream in (False, True):
+            answer = httpx.post(f"{base_url}/responses", json={"model": MODEL, "stream": stream, **body}, timeout=30)
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["error"]["param"].startswith("tools")
+
+
+def test_a_huge_starting_after_is_a_400(tokenizer: Any, tmp_path: Path) -> None:
+    """Point 12: `?stream=true&starting_after=99999999999999999999` was a 500."""
+    engine, server, _ = serve(tokenizer, SqliteStore(tmp_path / "responses.db"))
+    with server as base_url:
+        harness = Harness(engine, base_url)
+        harness.play(say(tokenizer, "Stored."))
+        response_id = harness.raw_stream(input="x")[-1]["response"]["id"]
+        answer = httpx.get(f"{base_url}/responses/{response_id}",
+                           params={"stream": "true", "starting_after": "99999999999999999999"})
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["param"] == "starting_after"
+
+
+def test_an_api_key_file_comment_is_not_part_of_a_key(tmp_path: Path) -> None:
+    """Point 13: `--api-key-file` kept an inline `# comment` as part of the key."""
+    key_file = tmp_path / "keys"
+    key_file.write_text("# the team's keys\nsk-one  # the CI runner\nsk-two\n\n")
+    assert api_keys(None, key_file) == ("sk-one", "sk-two")
+
+
+def test_stream_events_stay_valid_when_the_run_fails(tokenizer: Any) -> None:
+    """Guard for the tests above: a scripted failure still ends a valid stream."""
+    engine, server, _ = serve(tokenizer)
+    with server as base_url:
+        harness = Harness(engine, base_url)
+        harness.play(steps_from_tokens(answer_tokens(tokenizer)[:3], cuts=[1]) + [RuntimeError("engine died")])
+        assert validate_events(harness.raw_stream(input="x")).status == "failed"
