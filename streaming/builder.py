@@ -93,6 +93,10 @@ _FAILURE_MESSAGES = {"abort": "generation was aborted", "error": "generation fai
                      "cancelled": "the response was cancelled"}
 
 
+class InvalidDelta(ValueError):
+    """A delta that cannot follow the ones before it; checked before any event for it is made."""
+
+
 @dataclass
 class _State:
     sequence_number: int = 0
@@ -125,6 +129,7 @@ class ResponseBuilder:
         self._seal_reasoning = seal_reasoning
         self._summarize = summarize_reasoning
         self._state = _State()
+        self.error: str | None = None  # why feeding stopped early (see `feed`)
         self._template = Response.model_validate(
             {
                 "object": "response",
@@ -165,14 +170,25 @@ class ResponseBuilder:
         ]
 
     def feed(self, deltas: Iterable[Delta]) -> list[ResponseStreamEvent]:
-        """Events for a batch of deltas, in order."""
+        """Events for a batch of deltas, in order.
+
+        A delta that cannot follow what came before (arguments with no open call) sets `error` and ends the
+        feeding: the events made before it are returned, so no sequence number is lost; the caller then finishes
+        the response as failed.
+        """
         events: list[ResponseStreamEvent] = []
+        if self.error is not None:
+            return events
         for delta in deltas:
             item = self._continued_by(delta)
             if item is not None:  # the per-token case: one delta event, nothing opens or closes
                 events.append(self._delta_event(item, delta))  # type: ignore[arg-type]
-            else:
+                continue
+            try:
                 events.extend(self._apply(delta))
+            except InvalidDelta as exc:
+                self.error = str(exc)
+                break
         return events
 
     def _continued_by(self, delta: Delta) -> ItemRecord | None:
@@ -205,7 +221,7 @@ class ResponseBuilder:
 
     def _apply(self, delta: Delta) -> list[ResponseStreamEvent]:
         if self.finished:
-            raise RuntimeError("delta after the terminal event")
+            raise RuntimeError("delta after the terminal event")  # a bug of the caller, not of the output
         if isinstance(delta, ToolCallStarted):
             return self._start_tool_call(delta)
         if isinstance(delta, ToolCallArguments):
@@ -258,7 +274,7 @@ class ResponseBuilder:
     def _tool_arguments(self, delta: ToolCallArguments) -> list[ResponseStreamEvent]:
         item = self._state.open_item
         if item is None or item.kind not in ("function_call", "custom_tool_call"):
-            raise RuntimeError("tool call arguments with no open tool call")
+            raise InvalidDelta(f"the output parser sent tool call arguments with no open tool call ({delta.text!r})")
         if not delta.text:
             return []
         item.arguments.append(delta.text)

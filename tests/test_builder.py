@@ -17,6 +17,7 @@ from parsers.deltas import (
     ToolCallArguments,
     ToolCallStarted,
 )
+from streaming.builder import ResponseBuilder
 from streaming.outcome import Finished, Usage
 from tests.helpers import build_events, collapsed_types
 from tests.validator import ContractViolation, validate_events
@@ -147,8 +148,13 @@ def test_validator_catches_a_summary_that_differs_from_its_deltas() -> None:
 
 
 def test_arguments_without_open_tool_call_are_rejected() -> None:
-    with pytest.raises(RuntimeError):
-        build_events([OutputText("x"), ToolCallArguments("{}")], Finished("stop"))
+    builder = ResponseBuilder({"model": "m"})
+    events = builder.start() + builder.feed([OutputText("x"), ToolCallArguments("{}"), OutputText("never")])
+    assert builder.error is not None and "no open tool call" in builder.error
+    assert builder.feed([OutputText("after")]) == []
+    events += builder.finish(Finished("error", error_message=builder.error))
+    final = validate_events([event.model_dump(mode="json", exclude_unset=True) for event in events])
+    assert final.status == "failed" and final.output[0].content[0].text == "x"  # type: ignore[union-attr]
 
 
 def test_validator_catches_a_broken_stream() -> None:

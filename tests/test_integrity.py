@@ -163,3 +163,47 @@ def test_stream_events_stay_valid_when_the_run_fails(tokenizer: Any) -> None:
         harness = Harness(engine, base_url)
         harness.play(steps_from_tokens(answer_tokens(tokenizer)[:3], cuts=[1]) + [RuntimeError("engine died")])
         assert validate_events(harness.raw_stream(input="x")).status == "failed"
+
+
+class _TextThenArguments:
+    """A parser that sends text and then more arguments of the open call in one step (as vLLM's adapter could)."""
+
+    reasoning_tokens = 0
+    error = None
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def feed(self, token_ids: Any, text: str = "", token_ends: Any = None) -> list[Any]:
+        from parsers.deltas import OutputText, ToolCallArguments, ToolCallStarted
+
+        self.steps += 1
+        if self.steps == 1:
+            return [ToolCallStarted("get_weather"), ToolCallArguments('{"city": ')]
+        return [OutputText("Let me check."), ToolCallArguments('"Paris"}')]
+
+    def finish(self) -> list[Any]:
+        return []
+
+
+def test_an_invalid_delta_ends_the_run_failed_without_a_gap(tokenizer: Any) -> None:
+    """Point 14: an exception inside ResponseBuilder.feed left a gap in sequence numbers."""
+    import asyncio
+
+    from server.engine.interface import EngineRequest, EngineStep, SamplingSettings
+    from server.runs.generation import ResponseRun
+    from streaming.builder import ResponseBuilder
+
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[EngineStep([1]), EngineStep([2]), EngineStep([3], "stop")]])
+    builder = ResponseBuilder({"model": MODEL})
+    run = ResponseRun(engine, EngineRequest(builder.response_id, [1], SamplingSettings(max_tokens=8)),
+                      _TextThenArguments(), None, builder)
+
+    async def events() -> list[dict[str, Any]]:
+        return [event.model_dump(mode="json", exclude_unset=True) async for event in run.events()]
+
+    streamed = asyncio.run(events())
+    final = validate_events(streamed)
+    assert final.status == "failed" and final.error is not None
+    assert "arguments" in final.error.message
+    assert engine.aborted == [builder.response_id]  # the rest of the output is not wanted

@@ -74,12 +74,20 @@ class VllmToolParser:
         return deltas
 
     def _convert(self, message: Any) -> list[Delta]:
+        """One DeltaMessage as deltas: more arguments of the open call first, then text, then new calls (text
+        arriving while a call is open would otherwise close it before its own arguments)."""
         if message is None:
             return []
-        deltas: list[Delta] = [OutputText(message.content)] if message.content else []
-        for call in message.tool_calls or []:
+        calls = list(message.tool_calls or [])
+        continued = [call for call in calls if self._open_index is not None and call.index == self._open_index]
+        deltas: list[Delta] = [ToolCallArguments(call.function.arguments) for call in continued
+                               if call.function is not None and call.function.arguments]
+        deltas += [OutputText(message.content)] if message.content else []
+        for call in calls:
+            if call in continued:
+                continue
             function = call.function
-            if call.index != self._open_index and function is not None and function.name:
+            if _names_function(call):  # a call of another index begins
                 if self._open_index is not None:
                     deltas.append(ItemEnded())
                 tool = self.tools.lookup(function.name)
@@ -88,3 +96,7 @@ class VllmToolParser:
             if function is not None and function.arguments and self._open_index is not None:
                 deltas.append(ToolCallArguments(function.arguments))
         return deltas
+
+
+def _names_function(call: Any) -> bool:
+    return call.function is not None and bool(call.function.name)

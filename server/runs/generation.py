@@ -110,8 +110,9 @@ class ResponseRun:
                     deltas = self._calls.cap(self._parse(step), self.max_tool_calls)
                     for event in self.builder.feed(deltas):
                         yield event
-                    if self.parser.error is not None:  # leaving the loop closes the stream: aborts
-                        finished = Finished("error", error_message=self.parser.error)
+                    error = self.parser.error or self.builder.error
+                    if error is not None:  # leaving the loop closes the stream: aborts
+                        finished = Finished("error", error_message=error)
                         break
                     if self._calls.capped:  # the last call allowed has ended: the rest is not wanted (aborted)
                         finished = Finished("stop")
@@ -121,7 +122,7 @@ class ResponseRun:
                         break
                     if step.finish_reason:
                         finished = Finished(step.finish_reason)
-            if self.parser.error is None and not self._calls.capped:
+            if self.parser.error is None and self.builder.error is None and not self._calls.capped:
                 for event in self.builder.feed(self.parser.finish()):
                     yield event
         except Exception as exc:  # the engine or a parser failed mid-stream: end as response.failed
