@@ -207,3 +207,36 @@ def test_an_invalid_delta_ends_the_run_failed_without_a_gap(tokenizer: Any) -> N
     assert final.status == "failed" and final.error is not None
     assert "arguments" in final.error.message
     assert engine.aborted == [builder.response_id]  # the rest of the output is not wanted
+
+
+def test_shutdown_ends_a_run_still_waiting_for_its_first_step(tokenizer: Any) -> None:
+    """Point 6: stop() was looked at only when a step arrived, so a long prefill kept a draining server waiting."""
+    import asyncio
+
+    from server.engine.interface import EngineRequest, EngineStep, SamplingSettings
+    from server.runs.generation import ResponseRun
+    from streaming.builder import ResponseBuilder
+
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[EngineStep([1], "stop")]], step_delay=3600)
+    builder = ResponseBuilder({"model": MODEL})
+    run = ResponseRun(engine, EngineRequest(builder.response_id, [1], SamplingSettings(max_tokens=8)),
+                      _TextThenArguments(), None, builder)
+
+    async def scenario() -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+
+        async def consume() -> None:
+            async for event in run.events():
+                events.append(event.model_dump(mode="json", exclude_unset=True))
+
+        task = asyncio.ensure_future(consume())
+        while len(events) < 2:  # created, in_progress: the run now waits for its first step
+            await asyncio.sleep(0.01)
+        run.stop("The server is shutting down.")
+        await asyncio.wait_for(task, timeout=60)  # before the fix: never (the step comes in an hour)
+        return events
+
+    events = asyncio.run(scenario())
+    final = validate_events(events)
+    assert final.status == "failed" and final.error is not None and "shutting down" in final.error.message
+    assert engine.aborted == [builder.response_id]

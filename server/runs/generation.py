@@ -60,7 +60,8 @@ class ResponseRun:
     output_tokens: int = 0
     cached_tokens: int = 0
     _calls: CallCounter = field(default_factory=CallCounter)
-    _stop_reason: str | None = None  # set by stop(): the run ends at its next step, as response.failed
+    _stop_reason: str | None = None  # set by stop(): the run ends as response.failed
+    _waiting: asyncio.Task[Any] | None = None  # the task iterating this run, while it waits for the engine
 
     async def events(self) -> AsyncIterator[ResponseStreamEvent]:
         """created, in_progress, the items' events, then exactly one terminal event.
@@ -95,8 +96,26 @@ class ResponseRun:
             self.slot.release()
 
     def stop(self, reason: str) -> None:
-        """End the run at its next engine step (its request aborted) with a response.failed saying `reason`."""
+        """End the run with a response.failed saying `reason`, its engine request aborted: at once if it is
+        waiting for the engine (a long prefill, a queued request), else at its next step."""
         self._stop_reason = reason
+        if self._waiting is not None:
+            self._waiting.cancel()  # `_next_step` turns this into the end of the steps
+
+    async def _next_step(self, steps: AsyncIterator[EngineStep]) -> EngineStep | None:
+        """The engine's next step; None when there are no more, or when `stop()` interrupted the wait."""
+        self._waiting = asyncio.current_task()
+        try:
+            return await anext(steps)
+        except StopAsyncIteration:
+            return None
+        except asyncio.CancelledError:
+            if self._stop_reason is None or self._waiting is None:
+                raise  # the client went away (or a background cancel): not ours to absorb
+            self._waiting.uncancel()
+            return None
+        finally:
+            self._waiting = None
 
     async def _events(self) -> AsyncIterator[ResponseStreamEvent]:
         for event in self.builder.start():
@@ -104,7 +123,7 @@ class ResponseRun:
         finished: Finished | None = None
         try:
             async with aclosing(self.engine.generate(self.request)) as steps:
-                async for step in steps:
+                while (step := await self._next_step(steps)) is not None:
                     self.output_tokens += len(step.token_ids)
                     self.cached_tokens = max(self.cached_tokens, step.cached_tokens)
                     deltas = self._calls.cap(self._parse(step), self.max_tool_calls)
@@ -128,6 +147,8 @@ class ResponseRun:
         except Exception as exc:  # the engine or a parser failed mid-stream: end as response.failed
             logger.exception("response %s failed", self.builder.response_id)
             finished = Finished("error", error_message=f"generation failed: {type(exc).__name__}: {exc}")
+        if finished is None and self._stop_reason is not None:  # stopped while waiting for the engine
+            finished = Finished("error", error_message=self._stop_reason)
         finished = finished or Finished("error", error_message="the engine stopped without a finish reason")
         for event in self._finish(finished):
             yield event
