@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from server.serving import ServingContext
 from server.store.sqlite import SqliteStore
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+from tests.sse import events_of, parse_frames
 from tests.test_server import MODEL, Harness, answer_tokens
 from tests.test_store import say
 from tests.test_store_faults import FaultyStore
@@ -240,3 +242,88 @@ def test_shutdown_ends_a_run_still_waiting_for_its_first_step(tokenizer: Any) ->
     final = validate_events(events)
     assert final.status == "failed" and final.error is not None and "shutting down" in final.error.message
     assert engine.aborted == [builder.response_id]
+
+
+def _wait_for(condition: Any, within: float = 20.0) -> bool:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _stored(base_url: str, response_id: str) -> dict[str, Any] | None:
+    answer = httpx.get(f"{base_url}/responses/{response_id}")
+    return answer.json() if answer.status_code == 200 else None
+
+
+def test_a_background_terminal_save_is_retried_until_the_store_takes_it(tokenizer: Any, tmp_path: Path) -> None:
+    """Point 7: the client saw `completed` while the store kept `in_progress` (until the lease expired: failed)."""
+    store = FaultyStore(SqliteStore(tmp_path / "responses.db"))
+    engine, server, context = serve(tokenizer, store)
+    with server as base_url:
+        harness = Harness(engine, base_url)
+        engine.step_delay = 0.02
+        harness.play(steps_from_tokens(answer_tokens(tokenizer), cuts=list(range(1, 30))))
+        response_id = harness.post(input="x", background=True).json()["id"]
+        store.broken = True  # the outage begins after the start was saved
+        assert _wait_for(lambda: response_id in engine.finished)
+        time.sleep(0.5)  # the terminal save has failed by now
+        store.broken = False
+        assert _wait_for(lambda: (_stored(base_url, response_id) or {}).get("status") == "completed")
+        with httpx.stream("GET", f"{base_url}/responses/{response_id}", params={"stream": "true"}) as replay:
+            replayed = events_of(parse_frames(replay.iter_lines()))
+        assert validate_events(replayed).status == "completed"
+
+
+class GatedStore(FaultyStore):
+    """A store whose terminal saves wait while `gate` is closed (the test opens it)."""
+
+    def __init__(self, inner: SqliteStore) -> None:
+        super().__init__(inner)
+        self.gate = threading.Event()
+        self.holding = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        call = super().__getattr__(name)
+        if name != "save":
+            return call
+
+        async def save(record: Any, events: Any = None) -> Any:
+            import asyncio
+
+            if record.status not in ("queued", "in_progress"):
+                self.holding.set()
+                while not self.gate.is_set():
+                    await asyncio.sleep(0.01)
+            return await call(record, events)
+
+        return save
+
+
+def test_a_cancel_during_the_terminal_save_keeps_the_ending_the_client_saw(tokenizer: Any, tmp_path: Path) -> None:
+    """Point 5: the cancel answered `completed`, the follower's stream had no terminal event, the row stayed
+    in_progress."""
+    store = GatedStore(SqliteStore(tmp_path / "responses.db"))
+    engine, server, _ = serve(tokenizer, store)
+    with server as base_url:
+        harness = Harness(engine, base_url)
+        harness.play(say(tokenizer, "Done before the cancel."))
+        response_id = harness.post(input="x", background=True).json()["id"]
+        followed: list[dict[str, Any]] = []
+
+        def follow() -> None:
+            with httpx.stream("GET", f"{base_url}/responses/{response_id}", params={"stream": "true"},
+                              timeout=30) as stream:
+                followed.extend(events_of(parse_frames(stream.iter_lines())))
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        assert store.holding.wait(10)  # the terminal event is made; its save is under way
+        cancelled = httpx.post(f"{base_url}/responses/{response_id}/cancel", timeout=30).json()
+        store.gate.set()
+        follower.join(30)
+        assert cancelled["status"] == "completed"
+        assert validate_events(followed).status == "completed"
+        assert _wait_for(lambda: (_stored(base_url, response_id) or {}).get("status") == "completed")

@@ -24,6 +24,7 @@ from streaming.sse import event_json
 logger = logging.getLogger(__name__)
 
 INTERRUPTED = "The server running this response stopped before it finished."
+_MAX_RETRY_SECONDS = 5.0  # the longest wait between tries of a terminal save the store refused
 
 
 @dataclass
@@ -99,8 +100,10 @@ class BackgroundRuns:
         return self.live.get(response_id)
 
     async def cancel(self, response_id: str) -> LiveResponse | None:
+        """Cancel a background response running here; one whose terminal event is made has ended as it was told
+        (its save may still be under way) and is left to finish."""
         live = self.live.get(response_id)
-        if live is None or live.done or live.task is None:
+        if live is None or live.done or live.task is None or live.stored.ended:
             return live
         live.task.cancel()
         await asyncio.gather(live.task, return_exceptions=True)
@@ -108,17 +111,28 @@ class BackgroundRuns:
 
     async def _run(self, live: LiveResponse) -> None:
         try:
-            async for _, data in live.stored.events():
-                live.publish(data)
-        except asyncio.CancelledError:
-            for _, data in await live.stored.cancelled():
-                live.publish(data)
-        except Exception:  # pragma: no cover - run.events() ends every failure in a terminal event
-            logger.exception("background response %s failed", live.response_id)
+            try:
+                async for _, data in live.stored.events():
+                    live.publish(data)
+            except asyncio.CancelledError:
+                for _, data in await live.stored.cancelled():
+                    live.publish(data)
+            except Exception:  # pragma: no cover - run.events() ends every failure in a terminal event
+                logger.exception("background response %s failed", live.response_id)
+            finally:
+                live.done = True
+                live.publish()
+            await self._store_the_end(live)
         finally:
-            live.done = True
-            live.publish()
             self.live.pop(live.response_id, None)
+
+    async def _store_the_end(self, live: LiveResponse) -> None:
+        """Retry the terminal save until the store takes it (kept here meanwhile, so its lease is renewed): what
+        the client was told is what the store keeps."""
+        delay = self.poll_seconds
+        while not await live.stored.store_the_end():
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_RETRY_SECONDS)
 
     async def _write(self, live: LiveResponse) -> None:
         """Write the event log as it grows, a batch per store round trip, for followers on other replicas."""

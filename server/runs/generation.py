@@ -90,6 +90,11 @@ class ResponseRun:
         """The terminal response, or an in-progress snapshot of what is finished so far."""
         return self.builder.response()
 
+    @property
+    def ended(self) -> bool:
+        """The terminal event is made."""
+        return self.builder.finished
+
     def release(self) -> None:
         """Give back this run's place under the concurrency limit (when it will never run; a run's end does it)."""
         if self.slot is not None:

@@ -43,6 +43,8 @@ class StoredRun:
     mode: str = "json"  # how the client asked: stream, json or background (a metrics label)
     _log: list[str] = field(default_factory=list)  # the events' JSON so far, when kept
     _saved: int = 0  # how many of the log's first events the store holds (a background log is written as it grows)
+    _end_saved: bool = False
+    _conversation_added: bool = False
 
     @property
     def response_id(self) -> str:
@@ -63,35 +65,45 @@ class StoredRun:
                 timing.observe(event.type)
                 if event.type in TERMINAL_EVENTS:
                     timing.ended(str(self.run.response().status), self.run.output_tokens)
-                    await self._finish()  # before the client can see the end and ask for the response
+                    await self.store_the_end()  # before the client can see the end and ask for the response
                 yield event, data
         except (asyncio.CancelledError, GeneratorExit):
             timing.gone(self.background, self.run.output_tokens)
             raise
 
-    async def _finish(self) -> None:
-        """Save the response and add it to its conversation; a store that fails (it logs why) does not keep the
-        terminal event from the client."""
+    @property
+    def ended(self) -> bool:
+        """The terminal event is made: what the client is told is settled, whether or not it is stored yet."""
+        return self.run.ended
+
+    async def store_the_end(self) -> bool:
+        """Save the ended response and add it to its conversation, each once; True when the store holds both.
+
+        A store that fails (it logs why) does not keep the terminal event from the client; the caller may call
+        again until it is stored.
+        """
         try:
-            if self.store is not None:
+            if self.store is not None and not self._end_saved:
                 await self.save(self._log)
+                self._end_saved = True
             response = self.run.response()
-            if self.conversation is not None and response.status in ("completed", "incomplete"):
+            if (self.conversation is not None and not self._conversation_added
+                    and response.status in ("completed", "incomplete")):
                 output = [item.model_dump(mode="json", by_alias=True, exclude_unset=True) for item in response.output]
                 await self.conversation.add(self.input_items + output)
+                self._conversation_added = True
         except StoreUnavailable:
-            pass
+            return False
+        return True
 
     async def cancelled(self) -> list[tuple[ResponseStreamEvent, str]]:
-        """After the run's iteration was cancelled: its terminal event, saved (status `cancelled`)."""
+        """After the run's iteration was cancelled: its terminal event (status `cancelled`), stored once the store
+        takes it (see `store_the_end`)."""
         out = [(event, event_json(event)) for event in self.run.cancelled()]
         if out:
             RESPONSES.labels("cancelled", self.mode).inc()
-        if self.store is not None and out:
-            try:
-                await self.save(self._log + [data for _, data in out])
-            except StoreUnavailable:
-                pass  # the store logged why; the cancellation itself stands
+            self._log.extend(data for _, data in out)
+            await self.store_the_end()
         return out
 
     async def save_new_events(self) -> None:
