@@ -287,7 +287,7 @@ class GatedStore(FaultyStore):
 
     def __getattr__(self, name: str) -> Any:
         call = super().__getattr__(name)
-        if name != "save":
+        if name not in ("save", "finish_owned"):
             return call
 
         async def save(record: Any, events: Any = None) -> Any:
@@ -327,3 +327,43 @@ def test_a_cancel_during_the_terminal_save_keeps_the_ending_the_client_saw(token
         assert cancelled["status"] == "completed"
         assert validate_events(followed).status == "completed"
         assert _wait_for(lambda: (_stored(base_url, response_id) or {}).get("status") == "completed")
+
+
+def test_a_replica_that_stalled_past_its_lease_does_not_overwrite_the_failure(tokenizer: Any,
+                                                                             tmp_path: Path) -> None:
+    """Point 2: after another replica failed a stalled owner's response, the owner overwrote it as completed and
+    its log held two terminal events."""
+    from server.runs.background import BackgroundRuns
+    from tests.invariants import violations
+
+    db = tmp_path / "responses.db"
+    store_a = FaultyStore(SqliteStore(db))
+    engine_a = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(answer_tokens(tokenizer) * 2,
+                                                                               cuts=list(range(1, 40)))],
+                              step_delay=0.1)
+    engine_b = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
+    runs = {name: BackgroundRuns(owner=name, lease_seconds=1.0, poll_seconds=0.05) for name in "ab"}
+    context_a = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine_a,
+                               store=store_a, background=runs["a"])
+    context_b = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine_b,
+                               store=SqliteStore(db), background=runs["b"])
+    with serve_in_thread(create_app(context_a)) as a, serve_in_thread(create_app(context_b)) as b:
+        response_id = httpx.post(f"{a}/responses", json={"model": MODEL, "input": "x", "background": True}).json()["id"]
+        followed: list[dict[str, Any]] = []
+
+        def follow() -> None:
+            with httpx.stream("GET", f"{a}/responses/{response_id}", params={"stream": "true"}, timeout=60) as s:
+                followed.extend(events_of(parse_frames(s.iter_lines())))
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        time.sleep(0.3)
+        store_a.broken = True  # a cannot reach the store for longer than its lease: b fails its response
+        assert _wait_for(lambda: (_stored(b, response_id) or {}).get("status") == "failed")
+        store_a.broken = False
+        follower.join(60)
+        assert _wait_for(lambda: response_id in engine_a.finished + engine_a.aborted)
+        time.sleep(0.5)
+        seen = {response_id: followed[-1]["response"]["status"]} if followed else {}
+    assert followed and followed[-1]["type"] == "response.failed"
+    assert violations(f"sqlite:///{db}", seen) == []

@@ -50,8 +50,6 @@ def test_store_round_trip_pagination_and_delete(store_url: str) -> None:
         got = await store.get("resp_1")
         assert got is not None and got.response["id"] == "resp_1" and len(got.input_items) == 5
         assert [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 1)] == [2, 3]
-        await store.append_events("resp_1", [json.dumps({"sequence_number": n, "type": "x"}) for n in range(3, 6)])
-        assert [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 1)] == [2, 3, 4, 5]
         page, more = await store.input_items("resp_1", None, 2, "asc")
         assert [i["id"] for i in page] == ["msg_1_0", "msg_1_1"] and more
         page, more = await store.input_items("resp_1", "msg_1_1", 10, "asc")
@@ -66,25 +64,28 @@ def test_store_round_trip_pagination_and_delete(store_url: str) -> None:
     asyncio.run(scenario())
 
 
-def running(n: int, owner: str, lease_expires_at: float) -> StoredResponse:
-    return replace(record(n, status="in_progress"), background=True, owner=owner, lease_expires_at=lease_expires_at)
+def running(n: int, owner: str) -> StoredResponse:
+    return replace(record(n, status="in_progress"), background=True, owner=owner)
+
+
+def event(n: int, kind: str = "x") -> str:
+    return json.dumps({"sequence_number": n, "type": kind})
 
 
 def test_concurrent_writers_and_a_restart_fails_only_what_is_no_longer_running(store_url: str) -> None:
-    now = time.time()
-
     async def write_all() -> None:
         store = open_url(store_url)
         await asyncio.gather(*(store.save(record(n)) for n in range(64)))
-        await store.save(running(100, "replica-a", now + 60), events=[json.dumps({"sequence_number": 0, "type": "x"})])
-        await store.save(running(101, "replica-b", now - 1))  # b stopped renewing: its lease expired
-        await store.save(running(102, "replica-c", now + 60))  # c is alive
+        await store.start_owned(running(100, "replica-a"), lease_seconds=60)
+        assert await store.append_events("resp_100", [event(0)], "replica-a")
+        await store.start_owned(running(101, "replica-b"), lease_seconds=-1)  # b stopped renewing: expired
+        await store.start_owned(running(102, "replica-c"), lease_seconds=60)  # c is alive
         await store.close()
 
     async def reopen() -> None:
         store = open_url(store_url)  # replica-a restarts
         assert all([await store.get(f"resp_{n}") for n in range(64)])
-        failed = await store.fail_interrupted(now, interrupt_with("server restarted"), restarted_owner="replica-a")
+        failed = await store.fail_interrupted(interrupt_with("server restarted"), restarted_owner="replica-a")
         assert sorted(failed) == ["resp_100", "resp_101"]
         interrupted = await store.get("resp_100")
         assert interrupted is not None and interrupted.status == "failed"
@@ -94,7 +95,9 @@ def test_concurrent_writers_and_a_restart_fails_only_what_is_no_longer_running(s
             ("response.failed", 1, "failed")]
         alive = await store.get("resp_102")
         assert alive is not None and alive.status == "in_progress"
-        assert await store.fail_interrupted(now + 61, interrupt_with("gone")) == ["resp_102"]  # until it expires
+        assert await store.fail_interrupted(interrupt_with("gone")) == []
+        await store.renew_leases("replica-c", ["resp_102"], lease_seconds=-1)  # as if c stopped renewing
+        assert await store.fail_interrupted(interrupt_with("gone")) == ["resp_102"]
         await store.close()
 
     asyncio.run(write_all())
@@ -102,15 +105,13 @@ def test_concurrent_writers_and_a_restart_fails_only_what_is_no_longer_running(s
 
 
 def test_leases_renew_and_cancel_requests_reach_their_owner(store_url: str) -> None:
-    now = time.time()
-
     async def scenario() -> None:
         store = open_url(store_url)
-        await store.save(running(1, "replica-a", now + 1))
-        await store.save(running(2, "replica-b", now + 1))
+        await store.start_owned(running(1, "replica-a"), lease_seconds=-1)
+        await store.start_owned(running(2, "replica-b"), lease_seconds=-1)
         await store.save(record(3))
-        await store.renew_leases("replica-a", ["resp_1", "resp_2"], now + 100)  # only its own
-        assert await store.fail_interrupted(now + 50, interrupt_with("gone")) == ["resp_2"]
+        await store.renew_leases("replica-a", ["resp_1", "resp_2"], lease_seconds=100)  # only its own
+        assert await store.fail_interrupted(interrupt_with("gone")) == ["resp_2"]
         assert await store.cancel_requests("replica-a") == []
         assert await store.request_cancel("resp_1")
         assert not await store.request_cancel("resp_2")  # failed: no longer running
@@ -128,8 +129,12 @@ def test_retention_by_age_and_count(store_url: str) -> None:
         await store.save(record(0, created=time.time() - 7200))
         for n in range(1, 6):
             await store.save(record(n))
-        kept = [n for n in range(6) if await store.get(f"resp_{n}")]
-        assert kept == [3, 4, 5]
+        await store.start_owned(replace(running(6, "replica-a"), created_at=time.time() - 7200), lease_seconds=60)
+        assert await store.enforce_retention(batch=1) == 2  # one per rule and round
+        assert await store.enforce_retention(batch=100) == 1
+        assert await store.enforce_retention(batch=100) == 0
+        kept = [n for n in range(7) if await store.get(f"resp_{n}")]
+        assert kept == [3, 4, 5, 6]  # the running one is never deleted, however old
         await store.close()
 
     asyncio.run(scenario())
@@ -316,3 +321,30 @@ def test_background_needs_store_and_only_background_can_be_cancelled(stateful: H
     finished = stateful.client.responses.create(model=MODEL, input="x")
     refused = httpx.post(f"{stateful.base_url}/responses/{finished.id}/cancel")
     assert refused.status_code == 400
+
+
+def test_writes_of_an_owner_land_only_while_the_response_is_still_theirs(store_url: str) -> None:
+    """Integrity point 2: a replica that stalled past its lease finished and overwrote the failed response, and its
+    events went into the log after the other replica's terminal event."""
+    async def scenario() -> None:
+        store = open_url(store_url)
+        await store.start_owned(running(1, "replica-a"), lease_seconds=60)
+        assert await store.append_events("resp_1", [event(0, "response.created")], "replica-a")
+        assert not await store.append_events("resp_1", [event(1)], "replica-b")  # not b's
+        await store.renew_leases("replica-a", ["resp_1"], lease_seconds=-1)  # a stalls past its lease
+        assert await store.fail_interrupted(interrupt_with("gone")) == ["resp_1"]  # b fails it
+        assert not await store.append_events("resp_1", [event(1)], "replica-a")
+        assert not await store.finish_owned(replace(running(1, "replica-a"), status="completed"),
+                                            [event(1), event(2, "response.completed")])
+        stored = await store.get("resp_1")
+        assert stored is not None and stored.status == "failed"
+        assert [json.loads(e)["type"] for e in await store.events_after("resp_1", -1)] == [
+            "response.created", "response.failed"]
+        await store.start_owned(running(2, "replica-a"), lease_seconds=60)
+        assert await store.delete("resp_2")  # deleted while running: the owner's end does not bring it back
+        assert not await store.finish_owned(replace(running(2, "replica-a"), status="completed"), [event(0)])
+        assert not await store.append_events("resp_2", [event(0)], "replica-a")
+        assert await store.get("resp_2") is None
+        await store.close()
+
+    asyncio.run(scenario())

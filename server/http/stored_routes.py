@@ -72,7 +72,13 @@ def _json(response: Any) -> Any:
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(request: Request, response_id: str) -> dict[str, Any]:
+    """A response still generating in the background is cancelled first (here or on the replica running it), so
+    its run does not write to a response that is gone."""
     store = required_store(request)
+    if await serving_context(request).background.cancel(response_id) is None:
+        record = await store.get(response_id)
+        if record is not None and record.background and record.status in RUNNING:
+            await cancel_stored(store, record)
     if not await store.delete(response_id):
         raise APIError(f"Response with id '{response_id}' not found.", status=404, param="response_id")
     return {"id": response_id, "object": "response", "deleted": True}

@@ -8,12 +8,11 @@ responses of replicas whose leases expired.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator
 
 from openai.types.responses import Response, ResponseFailedEvent
 
@@ -24,7 +23,9 @@ from streaming.sse import event_json
 logger = logging.getLogger(__name__)
 
 INTERRUPTED = "The server running this response stopped before it finished."
-_MAX_RETRY_SECONDS = 5.0  # the longest wait between tries of a terminal save the store refused
+TAKEN_OVER = "Another replica failed this response while this one could not reach the store."
+_CANCEL_WAIT_SECONDS = 10.0  # how long a cancel waits for the cancelled response to be stored
+_RETENTION_BATCH = 500  # responses deleted per retention round (each round one short transaction)
 
 
 @dataclass
@@ -76,7 +77,6 @@ class BackgroundRuns:
     owner: str = field(default_factory=lambda: f"replica-{secrets.token_hex(4)}")
     lease_seconds: float = 30.0  # a replica that stops renewing for this long is taken for gone
     poll_seconds: float = 0.25  # how often cancel requests from other replicas are looked for
-    clock: Callable[[], float] = time.time
     live: dict[str, LiveResponse] = field(default_factory=dict)
     _keeper: asyncio.Task[None] | None = None
 
@@ -84,7 +84,7 @@ class BackgroundRuns:
         """Save the response as in progress under this replica's lease, then generate it detached from the request."""
         if stored.store is not None:
             try:
-                await stored.save(owner=self.owner, lease_expires_at=self.clock() + self.lease_seconds)
+                await stored.start_owned(self.owner, self.lease_seconds)
             except BaseException:
                 stored.run.release()  # it will never run
                 raise
@@ -106,7 +106,7 @@ class BackgroundRuns:
         if live is None or live.done or live.task is None or live.stored.ended:
             return live
         live.task.cancel()
-        await asyncio.gather(live.task, return_exceptions=True)
+        await asyncio.wait({live.task}, timeout=_CANCEL_WAIT_SECONDS)  # its save may wait for the store
         return live
 
     async def _run(self, live: LiveResponse) -> None:
@@ -122,17 +122,8 @@ class BackgroundRuns:
             finally:
                 live.done = True
                 live.publish()
-            await self._store_the_end(live)
         finally:
             self.live.pop(live.response_id, None)
-
-    async def _store_the_end(self, live: LiveResponse) -> None:
-        """Retry the terminal save until the store takes it (kept here meanwhile, so its lease is renewed): what
-        the client was told is what the store keeps."""
-        delay = self.poll_seconds
-        while not await live.stored.store_the_end():
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _MAX_RETRY_SECONDS)
 
     async def _write(self, live: LiveResponse) -> None:
         """Write the event log as it grows, a batch per store round trip, for followers on other replicas."""
@@ -143,7 +134,9 @@ class BackgroundRuns:
                 return  # ended; the terminal save wrote the rest
             published = len(live.published)
             try:
-                await live.stored.save_new_events()
+                if not await live.stored.save_new_events():
+                    live.stored.stop(TAKEN_OVER)  # its terminal event will be the store's
+                    return
             except StoreUnavailable:
                 await asyncio.sleep(self.poll_seconds)  # the store logged why; the terminal save writes the rest
 
@@ -153,7 +146,7 @@ class BackgroundRuns:
         """On start-up: fail what this replica ran before it restarted and what replicas gone for good left, then
         keep this replica's leases."""
         try:
-            failed = await store.fail_interrupted(self.clock(), interrupt_with(INTERRUPTED), restarted_owner=self.owner)
+            failed = await store.fail_interrupted(interrupt_with(INTERRUPTED), restarted_owner=self.owner)
             if failed:
                 logger.warning("%d background responses were interrupted and are now failed", len(failed))
         except StoreUnavailable:
@@ -161,19 +154,36 @@ class BackgroundRuns:
         self._keeper = asyncio.get_running_loop().create_task(self._keep(store))
 
     async def _keep(self, store: ResponseStore) -> None:
-        renew_every = max(1, round(self.lease_seconds / 3 / self.poll_seconds))
-        for tick in itertools.count(1):
+        """Every `poll_seconds`: cancel what other replicas asked to cancel. Every third of a lease (elapsed time,
+        not ticks, which a busy loop stretches): renew this replica's leases, fail responses whose owners stopped
+        renewing, and apply retention.
+
+        After a store outage, other replicas' responses are failed only once the store has worked for a whole lease
+        again: their owners could not renew during the same outage, and get that long to do so.
+        """
+        last_round = time.monotonic()
+        reachable_since: float | None = time.monotonic() - self.lease_seconds
+        while True:
             await asyncio.sleep(self.poll_seconds)
             try:
                 if self.live:
                     for response_id in await store.cancel_requests(self.owner):
                         await self.cancel(response_id)
-                if tick % renew_every == 0:
+                if time.monotonic() - last_round >= self.lease_seconds / 3:
+                    last_round = time.monotonic()
                     if self.live:
-                        await store.renew_leases(self.owner, list(self.live), self.clock() + self.lease_seconds)
-                    await store.fail_interrupted(self.clock(), interrupt_with(INTERRUPTED))
+                        await store.renew_leases(self.owner, list(self.live), self.lease_seconds)
+                    reachable_since = reachable_since if reachable_since is not None else time.monotonic()
+                    if time.monotonic() - reachable_since >= self.lease_seconds:
+                        await store.fail_interrupted(interrupt_with(INTERRUPTED))
+                    await self._retain(store)
             except StoreUnavailable:
-                pass  # logged by the store; tried again at the next tick
+                reachable_since = None  # logged by the store; tried again at the next tick
+
+    async def _retain(self, store: ResponseStore) -> None:
+        """Delete what the retention policy no longer keeps, a batch per transaction (never a running response)."""
+        while await store.enforce_retention(_RETENTION_BATCH) >= _RETENTION_BATCH:
+            await asyncio.sleep(0)  # let requests waiting for the store go first
 
     async def shutdown(self) -> None:
         if self._keeper is not None:

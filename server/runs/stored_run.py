@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses import Response, ResponseFailedEvent, ResponseStreamEvent
 
 from server.metrics import RESPONSES
 from server.runs.generation import ResponseRun
@@ -16,6 +16,18 @@ from server.store.interface import ResponseStore, StoreUnavailable, StoredRespon
 from streaming.event_types import TERMINAL_EVENTS
 from streaming.sse import event_json
 
+
+
+_FIRST_RETRY_SECONDS = 0.1  # the first wait before a background response's terminal save is tried again
+_MAX_RETRY_SECONDS = 5.0
+
+
+class TakenOver(Exception):
+    """A background response is no longer this replica's to save: `record` is how the store has it (None: gone)."""
+
+    def __init__(self, record: StoredResponse | None) -> None:
+        super().__init__("the response is no longer owned by this replica")
+        self.record = record
 
 
 @dataclass(frozen=True)
@@ -43,16 +55,14 @@ class StoredRun:
     mode: str = "json"  # how the client asked: stream, json or background (a metrics label)
     _log: list[str] = field(default_factory=list)  # the events' JSON so far, when kept
     _saved: int = 0  # how many of the log's first events the store holds (a background log is written as it grows)
+    owner: str | None = None  # the replica generating it, for a background response
     _end_saved: bool = False
     _conversation_added: bool = False
+    _taken_over: Response | None = None  # the stored ending, when another replica failed this response
 
     @property
     def response_id(self) -> str:
         return self.run.response_id
-
-    def response(self) -> Response:
-        """The terminal response, or an in-progress snapshot of what is finished so far."""
-        return self.run.response()
 
     async def events(self) -> AsyncIterator[tuple[ResponseStreamEvent, str]]:
         """Each event with its JSON (encoded once, for the wire and the log)."""
@@ -65,7 +75,7 @@ class StoredRun:
                 timing.observe(event.type)
                 if event.type in TERMINAL_EVENTS:
                     timing.ended(str(self.run.response().status), self.run.output_tokens)
-                    await self.store_the_end()  # before the client can see the end and ask for the response
+                    event, data = await self._stored_ending(event, data)  # before the client can see the end
                 yield event, data
         except (asyncio.CancelledError, GeneratorExit):
             timing.gone(self.background, self.run.output_tokens)
@@ -76,15 +86,53 @@ class StoredRun:
         """The terminal event is made: what the client is told is settled, whether or not it is stored yet."""
         return self.run.ended
 
-    async def store_the_end(self) -> bool:
-        """Save the ended response and add it to its conversation, each once; True when the store holds both.
+    def response(self) -> Response:
+        """The terminal response (the store's, when another replica took this one over), or an in-progress
+        snapshot of what is finished so far."""
+        return self._taken_over or self.run.response()
 
-        A store that fails (it logs why) does not keep the terminal event from the client; the caller may call
-        again until it is stored.
-        """
+    def stop(self, reason: str) -> None:
+        self.run.stop(reason)
+
+    async def _stored_ending(self, event: ResponseStreamEvent, data: str) -> tuple[ResponseStreamEvent, str]:
+        """The terminal event, once the store holds it. A response no replica owns is tried once: a store that
+        fails (it logs why) does not keep the end from the client. A background response waits until the store
+        takes it, or ends as the store says when another replica took it over: what a client is told is what the
+        store keeps."""
+        if self.owner is None:
+            await self.store_the_end()
+            return event, data
+        delay = _FIRST_RETRY_SECONDS
+        while True:
+            try:
+                if await self.store_the_end():
+                    return event, data
+            except TakenOver as lost:
+                return self._as_stored(event, lost.record)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_RETRY_SECONDS)
+
+    def _as_stored(self, event: ResponseStreamEvent, record: StoredResponse | None) -> tuple[ResponseStreamEvent, str]:
+        """Our terminal event replaced by the stored ending of a response another replica failed."""
+        if record is None:  # deleted meanwhile: nobody can read another ending
+            return event, event_json(event)
+        self._taken_over = Response.model_validate(record.response)
+        stored = ResponseFailedEvent(type="response.failed", sequence_number=event.sequence_number,
+                                     response=self._taken_over)
+        data = event_json(stored)
+        if self._log:
+            self._log[-1] = data
+        return stored, data
+
+    async def store_the_end(self) -> bool:
+        """Save the ended response and add it to its conversation, each once; True when the store holds both,
+        False when it failed (and logged why). Raises TakenOver when it is no longer ours to save."""
         try:
             if self.store is not None and not self._end_saved:
-                await self.save(self._log)
+                if self.owner is not None:
+                    await self._finish_owned()
+                else:
+                    await self.save(self._log)
                 self._end_saved = True
             response = self.run.response()
             if (self.conversation is not None and not self._conversation_added
@@ -97,34 +145,49 @@ class StoredRun:
         return True
 
     async def cancelled(self) -> list[tuple[ResponseStreamEvent, str]]:
-        """After the run's iteration was cancelled: its terminal event (status `cancelled`), stored once the store
-        takes it (see `store_the_end`)."""
+        """After the run's iteration was cancelled: its terminal event (status `cancelled`), once stored (see
+        `_stored_ending`)."""
         out = [(event, event_json(event)) for event in self.run.cancelled()]
         if out:
             RESPONSES.labels("cancelled", self.mode).inc()
             self._log.extend(data for _, data in out)
-            await self.store_the_end()
+            out[-1] = await self._stored_ending(*out[-1])
         return out
 
-    async def save_new_events(self) -> None:
-        """Write the logged events the store does not hold yet, for followers on other replicas."""
+    async def start_owned(self, owner: str, lease_seconds: float) -> None:
+        """Store a background response as it starts, owned by this replica (`owner`) under a lease."""
         assert self.store is not None
+        self.owner = owner
+        await self.store.start_owned(self._record(), lease_seconds)
+
+    async def save_new_events(self) -> bool:
+        """Write the logged events the store does not hold yet, for followers on other replicas; False when the
+        response is no longer this replica's (another replica failed it, or it was deleted)."""
+        assert self.store is not None and self.owner is not None
         count = len(self._log)
         if count > self._saved:
-            await self.store.append_events(self.run.response_id, self._log[self._saved:count])
+            if not await self.store.append_events(self.run.response_id, self._log[self._saved:count], self.owner):
+                return False
             self._saved = max(self._saved, count)  # only once committed: a follower never sees a gap
+        return True
 
-    async def save(self, log: list[str] | None = None, owner: str | None = None,
-                   lease_expires_at: float | None = None) -> None:
-        """Save the response as it is now, with the events of `log` the store does not hold yet; a background
-        response is first saved with its owner's lease."""
+    async def save(self, log: list[str] | None = None) -> None:
+        """Save the response as it is now (one no replica owns), with the events of `log` the store does not hold."""
         assert self.store is not None
         log = log or []
+        await self.store.save(self._record(), events=log[self._saved:] or None)
+        self._saved = max(self._saved, len(log))
+
+    async def _finish_owned(self) -> None:
+        assert self.store is not None
+        if not await self.store.finish_owned(self._record(), self._log[self._saved:]):
+            raise TakenOver(await self.store.get(self.run.response_id))
+        self._saved = len(self._log)
+
+    def _record(self) -> StoredResponse:
         response = self.run.response()
-        await self.store.save(StoredResponse(
+        return StoredResponse(
             id=response.id, created_at=response.created_at, status=str(response.status),
             response=response.model_dump(mode="json", by_alias=True, exclude_unset=True),
             input_items=self.input_items, previous_response_id=self.previous_response_id,
-            background=self.background, owner=owner, lease_expires_at=lease_expires_at,
-        ), events=log[self._saved:] or None)
-        self._saved = max(self._saved, len(log))
+            background=self.background, owner=self.owner)

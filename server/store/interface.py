@@ -55,7 +55,9 @@ class RetentionPolicy:
 class ResponseStore(Protocol):
     """What the server needs from a store; every method is safe to call from the event loop."""
 
-    async def save(self, record: StoredResponse, events: list[str] | None = None) -> None: ...
+    async def save(self, record: StoredResponse, events: list[str] | None = None) -> None:
+        """Store a response that no replica owns (one that was not generated in the background), as it ended."""
+        ...
 
     async def get(self, response_id: str) -> StoredResponse | None: ...
 
@@ -67,12 +69,25 @@ class ResponseStore(Protocol):
                           order: Order) -> tuple[list[dict[str, Any]], bool]: ...
 
     # -- background responses shared by replicas: event log written as it grows, leases, cancel requests -----
+    # Lease times are the database's clock, so replicas whose clocks disagree still agree on who holds what.
+    # A write by an owner lands only while the response is running and still theirs: a replica that stalled past
+    # its lease (another replica failed its response) or whose response was deleted changes nothing.
 
-    async def append_events(self, response_id: str, events: list[str]) -> None:
-        """Add events (JSON, consecutive sequence numbers) to a response's log; ones already there are kept."""
+    async def start_owned(self, record: StoredResponse, lease_seconds: float) -> None:
+        """Store a background response as it starts, owned by `record.owner` for `lease_seconds`."""
         ...
 
-    async def renew_leases(self, owner: str, response_ids: list[str], expires_at: float) -> None: ...
+    async def append_events(self, response_id: str, events: list[str], owner: str) -> bool:
+        """Add events (JSON, consecutive sequence numbers) to the log of a response `owner` runs; ones already there
+        are kept. False: the response is no longer running under `owner` (nothing was written)."""
+        ...
+
+    async def finish_owned(self, record: StoredResponse, events: list[str]) -> bool:
+        """Store how a background response ended, with the rest of its log. False: it is no longer running under
+        `record.owner` (another replica failed it, or it was deleted); nothing was written."""
+        ...
+
+    async def renew_leases(self, owner: str, response_ids: list[str], lease_seconds: float) -> None: ...
 
     async def request_cancel(self, response_id: str) -> bool:
         """Ask the replica running a background response to cancel it; False if it is not running."""
@@ -82,9 +97,13 @@ class ResponseStore(Protocol):
         """The running responses of `owner` that some replica asked to cancel."""
         ...
 
-    async def fail_interrupted(self, now: float, interrupt: Interrupt, restarted_owner: str | None = None) -> list[str]:
-        """Fail the running responses whose lease expired before `now` (or that `restarted_owner` held before it
-        restarted), each with `interrupt`'s response and terminal event; their ids."""
+    async def fail_interrupted(self, interrupt: Interrupt, restarted_owner: str | None = None) -> list[str]:
+        """Fail the running responses whose lease expired (or that `restarted_owner` held before it restarted),
+        each with `interrupt`'s response and terminal event; their ids."""
+        ...
+
+    async def enforce_retention(self, batch: int) -> int:
+        """Delete up to `batch` responses the retention policy no longer keeps (never a running one); how many."""
         ...
 
     # -- conversations: items appended in order, each with an id ------------------------------

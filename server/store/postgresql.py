@@ -13,12 +13,13 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from server.store.interface import (RUNNING, Interrupt, Order, RetentionPolicy, StoreUnavailable, StoredConversation,
                                     StoredResponse)
 from server.store.migrations import migrations
-from server.store.rows import event_rows, item_rows, page, page_query
+from server.store.rows import event_rows, item_rows, page, page_query, retention_query
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[Any]
 logger = logging.getLogger(__name__)
 
+_NOW = "extract(epoch from clock_timestamp())::double precision"  # the database's clock, in Unix seconds
 _MIGRATION_LOCK = 0x7265_7370  # pg_advisory_xact_lock key: replicas starting together migrate one at a time
 
 
@@ -61,21 +62,24 @@ class PostgresStore:
 
     async def save(self, record: StoredResponse, events: list[str] | None = None) -> None:
         async def write(db: Connection) -> None:
-            await db.execute(
-                "INSERT INTO responses (id, created_at, status, response, previous_response_id, background, owner, "
-                "lease_expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
-                "status = excluded.status, response = excluded.response",
-                (record.id, record.created_at, record.status, json.dumps(record.response),
-                 record.previous_response_id, record.background, record.owner, record.lease_expires_at))
-            async with db.cursor() as cursor:
-                await cursor.executemany(
-                    "INSERT INTO input_items (response_id, position, item_id, item) VALUES (%s, %s, %s, %s) "
-                    "ON CONFLICT DO NOTHING",
-                    item_rows(record.id, 0, record.input_items))
+            await _insert(db, record, None)
             await _insert_events(db, record.id, events or [])
-            await self._enforce_retention(db)
 
         await self._run(write)
+
+    async def start_owned(self, record: StoredResponse, lease_seconds: float) -> None:
+        await self._run(lambda db: _insert(db, record, lease_seconds))
+
+    async def finish_owned(self, record: StoredResponse, events: list[str]) -> bool:
+        async def write(db: Connection) -> bool:
+            cursor = await db.execute(f"UPDATE responses SET status = %s, response = %s WHERE id = %s AND owner = %s "
+                                      f"AND status IN {RUNNING}", (record.status, json.dumps(record.response),
+                                                                   record.id, record.owner))
+            if cursor.rowcount:
+                await _insert_events(db, record.id, events)
+            return cursor.rowcount > 0
+
+        return await self._run(write)
 
     async def get(self, response_id: str) -> StoredResponse | None:
         async def read(db: Connection) -> StoredResponse | None:
@@ -103,12 +107,21 @@ class PostgresStore:
                           order: Order) -> tuple[list[dict[str, Any]], bool]:
         return await self._run(lambda db: _page(db, "input_items", "response_id", response_id, after, limit, order))
 
-    async def append_events(self, response_id: str, events: list[str]) -> None:
-        await self._run(lambda db: _insert_events(db, response_id, events))
+    async def append_events(self, response_id: str, events: list[str], owner: str) -> bool:
+        async def write(db: Connection) -> bool:
+            owned = await (await db.execute(
+                f"SELECT 1 FROM responses WHERE id = %s AND owner = %s AND status IN {RUNNING} FOR SHARE",
+                (response_id, owner))).fetchone()
+            if owned is None:
+                return False
+            await _insert_events(db, response_id, events)
+            return True
 
-    async def renew_leases(self, owner: str, response_ids: list[str], expires_at: float) -> None:
-        await self._count("UPDATE responses SET lease_expires_at = %s WHERE owner = %s AND id = ANY(%s)",
-                          (expires_at, owner, response_ids))
+        return await self._run(write)
+
+    async def renew_leases(self, owner: str, response_ids: list[str], lease_seconds: float) -> None:
+        await self._count(f"UPDATE responses SET lease_expires_at = {_NOW} + %s WHERE owner = %s AND id = ANY(%s)",
+                          (lease_seconds, owner, response_ids))
 
     async def request_cancel(self, response_id: str) -> bool:
         return await self._count(f"UPDATE responses SET cancel_requested = TRUE WHERE id = %s AND background "
@@ -118,11 +131,11 @@ class PostgresStore:
         return [response_id for (response_id,) in await self._rows(
             f"SELECT id FROM responses WHERE owner = %s AND cancel_requested AND status IN {RUNNING}", (owner,))]
 
-    async def fail_interrupted(self, now: float, interrupt: Interrupt, restarted_owner: str | None = None) -> list[str]:
+    async def fail_interrupted(self, interrupt: Interrupt, restarted_owner: str | None = None) -> list[str]:
         async def fail(db: Connection) -> list[str]:
             rows = await (await db.execute(
                 f"SELECT id, response FROM responses WHERE status IN {RUNNING} AND (lease_expires_at IS NULL "
-                "OR lease_expires_at < %s OR owner = %s) FOR UPDATE SKIP LOCKED", (now, restarted_owner))).fetchall()
+                f"OR lease_expires_at < {_NOW} OR owner = %s) FOR UPDATE SKIP LOCKED", (restarted_owner,))).fetchall()
             for response_id, text in rows:
                 (last,) = await (await db.execute(
                     "SELECT COALESCE(MAX(sequence_number), -1) FROM events WHERE response_id = %s",
@@ -199,13 +212,26 @@ class PostgresStore:
 
         return await self._run(write)
 
-    async def _enforce_retention(self, db: Connection) -> None:
-        if self.retention.max_age_seconds is not None:
-            await db.execute("DELETE FROM responses WHERE created_at < %s",
-                             (time.time() - self.retention.max_age_seconds,))
-        if self.retention.max_count is not None:
-            await db.execute("DELETE FROM responses WHERE id IN (SELECT id FROM responses ORDER BY created_at DESC "
-                             "OFFSET %s)", (self.retention.max_count,))
+    async def enforce_retention(self, batch: int) -> int:
+        doomed = retention_query(self.retention, batch, time.time(), "%s")
+        if doomed is None:
+            return 0
+        sql, parameters = doomed
+        return await self._count(f"DELETE FROM responses WHERE id IN ({sql})", parameters)
+
+
+async def _insert(db: Connection, record: StoredResponse, lease_seconds: float | None) -> None:
+    """The response row and its input items; a running one owned, its lease from the database's clock."""
+    await db.execute(
+        "INSERT INTO responses (id, created_at, status, response, previous_response_id, background, owner, "
+        f"lease_expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, {_NOW} + %s) ON CONFLICT (id) DO UPDATE SET "
+        "status = excluded.status, response = excluded.response",
+        (record.id, record.created_at, record.status, json.dumps(record.response), record.previous_response_id,
+         record.background, record.owner, lease_seconds))
+    async with db.cursor() as cursor:
+        await cursor.executemany(
+            "INSERT INTO input_items (response_id, position, item_id, item) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT DO NOTHING", item_rows(record.id, 0, record.input_items))
 
 
 async def _migrate(db: Connection) -> None:

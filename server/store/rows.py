@@ -1,11 +1,11 @@
-"""What both SQL stores share: the paging query over item tables and the rows of event logs and item lists."""
+"""What both SQL stores share: the paging and retention queries, and the rows of event logs and item lists."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from server.store.interface import Order
+from server.store.interface import RUNNING, Order, RetentionPolicy
 
 _NO_LIMIT = 1 << 62
 
@@ -41,3 +41,20 @@ def event_rows(response_id: str, events: list[str]) -> list[tuple[str, int, str]
 def item_rows(owner: str, first_position: int, items: list[dict[str, Any]]) -> list[tuple[str, int, str, str]]:
     """(owner id, position, item id, JSON) of items placed from `first_position` on."""
     return [(owner, first_position + n, item["id"], json.dumps(item)) for n, item in enumerate(items)]
+
+
+def retention_query(policy: RetentionPolicy, batch: int, now: float, mark: str) -> tuple[str, tuple[Any, ...]] | None:
+    """The ids (at most `batch` per rule) of finished responses the policy no longer keeps: older than its age, or
+    beyond its newest count; None when the policy keeps everything. Running responses are never among them."""
+    parts: list[str] = []
+    parameters: list[Any] = []
+    finished = f"status NOT IN {RUNNING}"
+    if policy.max_age_seconds is not None:
+        parts.append(f"SELECT id FROM (SELECT id FROM responses WHERE {finished} AND created_at < {mark} "
+                     f"LIMIT {mark}) AS too_old")
+        parameters += [now - policy.max_age_seconds, batch]
+    if policy.max_count is not None:
+        parts.append(f"SELECT id FROM (SELECT id FROM responses WHERE {finished} ORDER BY created_at DESC "
+                     f"LIMIT {mark} OFFSET {mark}) AS too_many")
+        parameters += [batch, policy.max_count]
+    return (" UNION ".join(parts), tuple(parameters)) if parts else None

@@ -14,11 +14,11 @@ from typing import Any, Callable, TypeVar
 from server.store.interface import (RUNNING, Interrupt, Order, RetentionPolicy, StoreUnavailable, StoredConversation,
                                     StoredResponse)
 from server.store.migrations import migrations
-from server.store.rows import event_rows, item_rows, page, page_query
+from server.store.rows import event_rows, item_rows, page, page_query, retention_query
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
-
+_NOW = "((julianday('now') - 2440587.5) * 86400.0)"  # the database's clock, in Unix seconds
 
 
 class SqliteStore:
@@ -61,19 +61,24 @@ class SqliteStore:
 
     async def save(self, record: StoredResponse, events: list[str] | None = None) -> None:
         def write(db: sqlite3.Connection) -> None:
-            db.execute(
-                "INSERT INTO responses (id, created_at, status, response, previous_response_id, background, owner, "
-                "lease_expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-                "status=excluded.status, response=excluded.response",
-                (record.id, record.created_at, record.status, json.dumps(record.response),
-                 record.previous_response_id, int(record.background), record.owner, record.lease_expires_at))
-            db.executemany(
-                "INSERT OR IGNORE INTO input_items (response_id, position, item_id, item) VALUES (?, ?, ?, ?)",
-                item_rows(record.id, 0, record.input_items))
+            _insert(db, record, None)
             _insert_events(db, record.id, events or [])
-            self._enforce_retention(db)
 
         await self._run(write)
+
+    async def start_owned(self, record: StoredResponse, lease_seconds: float) -> None:
+        await self._run(lambda db: _insert(db, record, lease_seconds))
+
+    async def finish_owned(self, record: StoredResponse, events: list[str]) -> bool:
+        def write(db: sqlite3.Connection) -> bool:
+            updated = db.execute(f"UPDATE responses SET status = ?, response = ? WHERE id = ? AND owner = ? "
+                                 f"AND status IN {RUNNING}", (record.status, json.dumps(record.response), record.id,
+                                                              record.owner)).rowcount
+            if updated:
+                _insert_events(db, record.id, events)
+            return updated > 0
+
+        return await self._run(write)
 
     async def get(self, response_id: str) -> StoredResponse | None:
         def read(db: sqlite3.Connection) -> StoredResponse | None:
@@ -100,13 +105,19 @@ class SqliteStore:
                           order: Order) -> tuple[list[dict[str, Any]], bool]:
         return await self._run(lambda db: _page(db, "input_items", "response_id", response_id, after, limit, order))
 
-    async def append_events(self, response_id: str, events: list[str]) -> None:
-        await self._run(lambda db: _insert_events(db, response_id, events))
+    async def append_events(self, response_id: str, events: list[str], owner: str) -> bool:
+        def write(db: sqlite3.Connection) -> bool:
+            if not _owned(db, response_id, owner):
+                return False
+            _insert_events(db, response_id, events)
+            return True
 
-    async def renew_leases(self, owner: str, response_ids: list[str], expires_at: float) -> None:
+        return await self._run(write)
+
+    async def renew_leases(self, owner: str, response_ids: list[str], lease_seconds: float) -> None:
         await self._run(lambda db: db.executemany(
-            "UPDATE responses SET lease_expires_at = ? WHERE id = ? AND owner = ?",
-            [(expires_at, response_id, owner) for response_id in response_ids]))
+            f"UPDATE responses SET lease_expires_at = {_NOW} + ? WHERE id = ? AND owner = ?",
+            [(lease_seconds, response_id, owner) for response_id in response_ids]))
 
     async def request_cancel(self, response_id: str) -> bool:
         return await self._run(lambda db: db.execute(
@@ -117,11 +128,11 @@ class SqliteStore:
         return await self._run(lambda db: [response_id for (response_id,) in db.execute(
             f"SELECT id FROM responses WHERE owner = ? AND cancel_requested AND status IN {RUNNING}", (owner,))])
 
-    async def fail_interrupted(self, now: float, interrupt: Interrupt, restarted_owner: str | None = None) -> list[str]:
+    async def fail_interrupted(self, interrupt: Interrupt, restarted_owner: str | None = None) -> list[str]:
         def fail(db: sqlite3.Connection) -> list[str]:
             rows = db.execute(f"SELECT id, response FROM responses WHERE status IN {RUNNING} AND "
-                              "(lease_expires_at IS NULL OR lease_expires_at < ? OR owner = ?)",
-                              (now, restarted_owner)).fetchall()
+                              f"(lease_expires_at IS NULL OR lease_expires_at < {_NOW} OR owner = ?)",
+                              (restarted_owner,)).fetchall()
             for response_id, text in rows:
                 (last,) = db.execute("SELECT COALESCE(MAX(sequence_number), -1) FROM events WHERE response_id = ?",
                                      (response_id,)).fetchone()
@@ -183,12 +194,15 @@ class SqliteStore:
             "DELETE FROM conversation_items WHERE conversation_id = ? AND item_id = ?",
             (conversation_id, item_id)).rowcount > 0)
 
-    def _enforce_retention(self, db: sqlite3.Connection) -> None:
-        if self.retention.max_age_seconds is not None:
-            db.execute("DELETE FROM responses WHERE created_at < ?", (time.time() - self.retention.max_age_seconds,))
-        if self.retention.max_count is not None:
-            db.execute("DELETE FROM responses WHERE id NOT IN (SELECT id FROM responses "
-                       "ORDER BY created_at DESC LIMIT ?)", (self.retention.max_count,))
+    async def enforce_retention(self, batch: int) -> int:
+        def delete(db: sqlite3.Connection) -> int:
+            doomed = retention_query(self.retention, batch, time.time(), "?")
+            if doomed is None:
+                return 0
+            sql, parameters = doomed
+            return db.execute(f"DELETE FROM responses WHERE id IN ({sql})", parameters).rowcount
+
+        return await self._run(delete)
 
     async def close(self) -> None:
         def close_connection(_: sqlite3.Connection) -> None:
@@ -207,6 +221,23 @@ def _migrate(db: sqlite3.Connection) -> None:
     for number, script in migrations("sqlite"):
         if number > version:
             db.executescript(f"BEGIN; {script}; PRAGMA user_version = {number}; COMMIT;")
+
+
+def _insert(db: sqlite3.Connection, record: StoredResponse, lease_seconds: float | None) -> None:
+    """The response row and its input items; a running one owned, its lease from the database's clock."""
+    db.execute(
+        "INSERT INTO responses (id, created_at, status, response, previous_response_id, background, owner, "
+        f"lease_expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, {_NOW} + ?) ON CONFLICT(id) DO UPDATE SET "
+        "status=excluded.status, response=excluded.response",
+        (record.id, record.created_at, record.status, json.dumps(record.response), record.previous_response_id,
+         int(record.background), record.owner, lease_seconds))
+    db.executemany("INSERT OR IGNORE INTO input_items (response_id, position, item_id, item) VALUES (?, ?, ?, ?)",
+                   item_rows(record.id, 0, record.input_items))
+
+
+def _owned(db: sqlite3.Connection, response_id: str, owner: str) -> bool:
+    return db.execute(f"SELECT 1 FROM responses WHERE id = ? AND owner = ? AND status IN {RUNNING}",
+                      (response_id, owner)).fetchone() is not None
 
 
 def _insert_events(db: sqlite3.Connection, response_id: str, events: list[str]) -> None:
