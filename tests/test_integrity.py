@@ -367,3 +367,23 @@ def test_a_replica_that_stalled_past_its_lease_does_not_overwrite_the_failure(to
         seen = {response_id: followed[-1]["response"]["status"]} if followed else {}
     assert followed and followed[-1]["type"] == "response.failed"
     assert violations(f"sqlite:///{db}", seen) == []
+
+
+def test_deleting_a_running_background_response_cancels_it_and_it_stays_deleted(
+        tokenizer: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Point 3: DELETE did not cancel the run; its writer hit foreign-key errors (logged as a store outage) and its
+    terminal save recreated the row as completed, with a log starting mid-way."""
+    engine, server, _ = serve(tokenizer, SqliteStore(tmp_path / "responses.db"))
+    caplog.set_level(logging.ERROR)
+    with server as base_url:
+        harness = Harness(engine, base_url)
+        engine.step_delay = 0.05
+        harness.play(steps_from_tokens(answer_tokens(tokenizer) * 2, cuts=list(range(1, 40))))
+        response_id = harness.post(input="x", background=True).json()["id"]
+        time.sleep(0.3)
+        deleted = httpx.delete(f"{base_url}/responses/{response_id}", timeout=30)
+        assert deleted.status_code == 200 and deleted.json()["deleted"]
+        assert harness.engine_aborted_last_request()
+        time.sleep(1.0)  # were it still running, it would have ended and been saved by now
+        assert httpx.get(f"{base_url}/responses/{response_id}").status_code == 404
+    assert not [r for r in caplog.records if "store" in r.getMessage()]
