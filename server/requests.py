@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal, Union, get_args
 
 from openai.types.responses import ResponseIncludable
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Discriminator,
@@ -28,6 +29,15 @@ _UNSUPPORTED_FIELDS = {
     "prompt": "stored prompt templates are not supported by this server; send `instructions` and `input` instead",
     "moderation": "this server runs no moderation; leave `moderation` out",
 }
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("an id must not contain the NUL character")
+    return value
+
+
+ItemId = Annotated[str, AfterValidator(_no_nul)]  # ids are stored and looked up as text, which NUL cannot be
 
 
 class _Lenient(BaseModel):
@@ -61,7 +71,7 @@ class MessageItem(_Lenient):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
     content: Union[str, list[ContentPart]]
-    id: str | None = None
+    id: ItemId | None = None
     status: str | None = None
 
     def text(self) -> str:
@@ -78,7 +88,7 @@ class FunctionCallItem(_Lenient):
     name: str
     arguments: str = ""
     namespace: str | None = None
-    id: str | None = None
+    id: ItemId | None = None
     status: str | None = None
 
     @property
@@ -92,7 +102,7 @@ class _ToolOutput(_Lenient):
 
     call_id: str
     output: Union[str, list[ContentPart]]
-    id: str | None = None
+    id: ItemId | None = None
     status: str | None = None
 
     def text(self) -> str:
@@ -112,7 +122,7 @@ class CustomToolCallItem(_Lenient):
     call_id: str
     name: str
     input: str = ""
-    id: str | None = None
+    id: ItemId | None = None
 
     @property
     def model_name(self) -> str:
@@ -129,7 +139,7 @@ class ReasoningItem(_Lenient):
     """An earlier reasoning item sent back by the client."""
 
     type: Literal["reasoning"]
-    id: str | None = None
+    id: ItemId | None = None
     summary: list[ContentPart] = Field(default_factory=list)
     content: list[ContentPart] | None = None
     encrypted_content: str | None = None
@@ -144,7 +154,7 @@ class CompactionItem(_Lenient):
 
     type: Literal["compaction"]
     encrypted_content: str
-    id: str | None = None
+    id: ItemId | None = None
 
 
 _ITEM_TYPES: dict[str, type[BaseModel]] = {
@@ -216,12 +226,12 @@ class ResponsesRequest(_Lenient):
     store: bool = True
     background: bool = False
     metadata: dict[str, str] | None = None
-    previous_response_id: str | None = None
+    previous_response_id: ItemId | None = None
     text: dict[str, Any] | None = None
     truncation: Literal["auto", "disabled"] | None = None
     user: str | None = None
     prompt_cache_key: str | None = None
-    conversation: str | None = None  # a conversation id (sent as "conv_..." or {"id": "conv_..."})
+    conversation: ItemId | None = None  # a conversation id (sent as "conv_..." or {"id": "conv_..."})
     prompt: Any = None  # these two are rejected when given (_UNSUPPORTED_FIELDS)
     moderation: Any = None
 

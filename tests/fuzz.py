@@ -156,9 +156,27 @@ def _items(draw: Any) -> list[Any]:
 
 
 @st.composite
+def _tools(draw: Any) -> list[Any]:
+    """Tools of the kinds the server reads, their schemas and members replaced by values of any type."""
+    tools = []
+    for kind in draw(st.lists(st.sampled_from(["function", "namespace", "custom", "web_search", 7]), max_size=3)):
+        tool: dict[str, Any] = {"type": kind, "name": "f"}
+        if draw(st.booleans()):
+            tool["parameters"] = draw(st.one_of(_json, st.fixed_dictionaries({"type": st.just("object"),
+                                                                             "properties": _json})))
+        if kind == "namespace":
+            tool["tools"] = draw(st.one_of(_json, st.lists(st.one_of(_json, st.just({"type": "function",
+                                                                                     "name": "g"})))))
+        tools.append(tool)
+    return tools
+
+
+@st.composite
 def raw_bodies(draw: Any) -> tuple[bytes, str]:
     """(body bytes, content type): a valid request bent one way or several."""
     body: dict[str, Any] = {"model": MODEL, "input": draw(st.one_of(st.just("hi"), _items()))}
+    if draw(st.booleans()):
+        body["tools"] = draw(_tools())
     for key in draw(st.lists(st.sampled_from(_FIELDS), max_size=4)):
         body[key] = draw(_json)
     text = json.dumps(body)
@@ -196,6 +214,27 @@ def run_raw(root: str, cases: int, counts: Counts) -> None:
     one()
 
 
+_QUERY_VALUE = st.one_of(st.integers(-(2**80), 2**80).map(str), st.text(max_size=12),
+                         st.sampled_from(["99999999999999999999", "-1", "1e9", "NaN", "\x00", "true", ""]))
+
+
+def run_queries(root: str, cases: int, counts: Counts) -> None:
+    """GET routes over a stored response, their query values of any size and type."""
+    stored = httpx.post(f"{root}/v1/responses", json={"model": MODEL, "input": "hi", "stream": True}, timeout=60)
+    response_id = stored.text.split('"id":"', 1)[1].split('"', 1)[0]
+
+    @given(route=st.sampled_from(["", "/input_items"]), names=st.lists(st.sampled_from(
+        ["stream", "starting_after", "after", "limit", "order", "include"]), min_size=1, max_size=3),
+        values=st.lists(_QUERY_VALUE, min_size=3, max_size=3))
+    @_settings(cases)
+    def one(route: str, names: list[str], values: list[str]) -> None:
+        response = httpx.get(f"{root}/v1/responses/{response_id}{route}", params=dict(zip(names, values)), timeout=60)
+        counts.check(f"GET /v1/responses/{{id}}{route} query", response.status_code,
+                     response.headers.get("content-type", ""), response.content)
+
+    one()
+
+
 def healthy(root: str) -> bool:
     """A normal request still gets a normal answer."""
     response = httpx.post(f"{root}/v1/responses", json={"model": MODEL, "input": "hi"}, timeout=60)
@@ -213,6 +252,7 @@ def main() -> None:
 
         operations = sum(1 for _ in schemathesis.openapi.from_url(f"{root}/openapi.json").get_all_operations())
         run_schemathesis(root, max(1, args.cases // 2 // (2 * operations)), counts)
+        run_queries(root, max(1, args.cases // 20), counts)
         run_raw(root, max(1, args.cases - counts.cases), counts)  # the rest, whatever schemathesis ran out of
         still_healthy = healthy(root)
     print(f"cases: {counts.cases}; 5xx: {counts.server_errors}; by status: {dict(sorted(counts.statuses.items()))}")

@@ -6,7 +6,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.fuzz import Counts, fuzz_server, healthy, run_raw, run_schemathesis
+from tests.fuzz import Counts, fuzz_server, healthy, run_queries, run_raw, run_schemathesis
 
 
 @pytest.fixture(scope="module")
@@ -26,4 +26,11 @@ def test_raw_bodies_bent_every_way(root: str) -> None:
     counts = Counts()
     run_raw(root, 300, counts)
     assert counts.cases == 300 and not counts.violations, "\n".join(counts.violations)
+    assert healthy(root)
+
+
+def test_query_values_of_any_size_and_type(root: str) -> None:
+    counts = Counts()
+    run_queries(root, 150, counts)
+    assert counts.cases == 150 and not counts.violations, "\n".join(counts.violations)
     assert healthy(root)

@@ -387,3 +387,26 @@ def test_deleting_a_running_background_response_cancels_it_and_it_stays_deleted(
         time.sleep(1.0)  # were it still running, it would have ended and been saved by now
         assert httpx.get(f"{base_url}/responses/{response_id}").status_code == 404
     assert not [r for r in caplog.records if "store" in r.getMessage()]
+
+
+def test_bad_data_is_a_400_not_a_store_outage_on_both_backends(tokenizer: Any, store_url: str,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """Point 8: on PostgreSQL every psycopg.Error was a 503 store outage (and logged as one), including errors that
+    the client's data caused: a NUL in an item id, duplicate item ids breaking `?after=`."""
+    from tests.test_store import open_url
+
+    engine, server, _ = serve(tokenizer, open_url(store_url))
+    caplog.set_level(logging.ERROR)
+    with server as base_url:
+        harness = Harness(engine, base_url)
+        harness.play(say(tokenizer, "Kept."))
+        nul = harness.post(input=[{"type": "message", "role": "user", "content": "hi", "id": "msg_a\u0000b"}])
+        assert nul.status_code == 400, nul.text
+        assert "\u0000" not in nul.json()["error"]["message"] and "psycopg" not in nul.json()["error"]["message"]
+        twice = [{"type": "message", "role": "user", "content": text, "id": "msg_same"} for text in ("a", "b")]
+        response_id = harness.post(input=twice + [{"type": "message", "role": "user", "content": "c"}]).json()["id"]
+        page = httpx.get(f"{base_url}/responses/{response_id}/input_items", params={"after": "msg_same",
+                                                                                     "order": "asc"})
+        assert page.status_code == 200, page.text
+        assert [item["content"][0]["text"] for item in page.json()["data"]] == ["b", "c"]
+    assert not [r for r in caplog.records if "response store" in r.getMessage()]

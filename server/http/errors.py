@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from server.errors import GenerationFailed, NotFound, RequestError, invalid_value
 from server.metrics import CLIENT_ERRORS
 from server.runs.admission import Draining, Overloaded
-from server.store.interface import StoreUnavailable
+from server.store.interface import StoreRejected, StoreUnavailable
 
 
 logger = logging.getLogger(__name__)
@@ -96,6 +96,11 @@ async def generation_failed_handler(_: Request, exc: GenerationFailed) -> JSONRe
     return APIError(exc.message, status=500, type="server_error").response()
 
 
+async def store_rejected_handler(_: Request, exc: StoreRejected) -> JSONResponse:
+    return APIError("The request holds a value that cannot be stored or looked up (such as a NUL character in an "
+                    "id or name).").response()
+
+
 async def store_unavailable_handler(_: Request, exc: StoreUnavailable) -> JSONResponse:
     error = APIError("The response store is unavailable; try again shortly.", status=503, type="server_error",
                      code="store_unavailable")
@@ -117,5 +122,6 @@ def install(app: Any) -> None:
     app.add_exception_handler(Overloaded, overloaded_handler)
     app.add_exception_handler(Draining, draining_handler)
     app.add_exception_handler(GenerationFailed, generation_failed_handler)
+    app.add_exception_handler(StoreRejected, store_rejected_handler)
     app.add_exception_handler(StoreUnavailable, store_unavailable_handler)
     app.add_exception_handler(Exception, unexpected_error_handler)

@@ -4,6 +4,7 @@ and its input and output added to its conversation."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
@@ -12,12 +13,13 @@ from openai.types.responses import Response, ResponseFailedEvent, ResponseStream
 from server.metrics import RESPONSES
 from server.runs.generation import ResponseRun
 from server.runs.timing import RunTiming
-from server.store.interface import ResponseStore, StoreUnavailable, StoredResponse
+from server.store.interface import ResponseStore, StoreRejected, StoreUnavailable, StoredResponse
 from streaming.event_types import TERMINAL_EVENTS
 from streaming.sse import event_json
 
 
 
+logger = logging.getLogger(__name__)
 _FIRST_RETRY_SECONDS = 0.1  # the first wait before a background response's terminal save is tried again
 _MAX_RETRY_SECONDS = 5.0
 
@@ -142,6 +144,9 @@ class StoredRun:
                 self._conversation_added = True
         except StoreUnavailable:
             return False
+        except StoreRejected:  # it will never take this response: trying again would not help
+            logger.warning("the store refused response %s; it is not stored", self.response_id)
+            self._end_saved = self._conversation_added = True
         return True
 
     async def cancelled(self) -> list[tuple[ResponseStreamEvent, str]]:

@@ -20,6 +20,10 @@ class StoreUnavailable(Exception):
     """The store cannot read or write now (locked, read-only, disk full, unreachable); the backend logged why."""
 
 
+class StoreRejected(ValueError):
+    """The store cannot keep or look up a value the request holds (bad data, not an outage): a 400."""
+
+
 @dataclass(frozen=True)
 class StoredResponse:
     """One response as stored: the final (or latest) Response JSON and what the request asked for."""

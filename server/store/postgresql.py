@@ -10,7 +10,8 @@ from typing import Any, Awaitable, Callable, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from server.store.interface import (RUNNING, Interrupt, Order, RetentionPolicy, StoreUnavailable, StoredConversation,
+from server.store.interface import (RUNNING, Interrupt, Order, RetentionPolicy, StoreRejected, StoreUnavailable,
+                                    StoredConversation,
                                     StoredResponse)
 from server.store.migrations import migrations
 from server.store.rows import event_rows, item_rows, page, page_query, retention_query
@@ -49,6 +50,9 @@ class PostgresStore:
             async with self._pool.connection() as db:
                 async with db.transaction():
                     result = await work(db)
+        except (psycopg.DataError, psycopg.errors.CardinalityViolation) as exc:
+            logger.info("the response store rejected a value: %s: %s", type(exc).__name__, exc)
+            raise StoreRejected(type(exc).__name__) from exc
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             if not self._failing:
                 logger.error("the response store %s failed: %s: %s (logged once until it works again)",

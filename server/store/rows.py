@@ -18,8 +18,8 @@ def page_query(table: str, owner_column: str, owner: str, after: str | None, lim
     start = ""
     parameters: list[Any] = [owner]
     if after is not None:
-        start = (f" AND position {compare} (SELECT position FROM {table} WHERE {owner_column} = {mark} "
-                 f"AND item_id = {mark})")
+        start = (f" AND position {compare} (SELECT MIN(position) FROM {table} WHERE {owner_column} = {mark} "
+                 f"AND item_id = {mark})")  # of items sent twice with one id, after the first
         parameters += [owner, after]
     sql = (f"SELECT item FROM {table} WHERE {owner_column} = {mark}{start} ORDER BY position {direction} "
            f"LIMIT {mark}")
