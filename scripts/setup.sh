@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs PostgreSQL's server (Debian) and creates .venv with responses-server, the CPU engine and test tools;
+# Installs PostgreSQL's server and nginx (Debian) and creates .venv with responses-server, the CPU engine and test tools;
 # the pip part reruns only when pyproject.toml or this script changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +10,16 @@ if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
       || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; }
   else
     echo "setup: PostgreSQL's server is missing; install Debian's postgresql package (as root)" >&2
+  fi
+fi
+# nginx, for the test that runs docker/nginx.conf in front of two stand-in replicas (Debian's nginx-light).
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx-light >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx-light >/dev/null; }
+    service nginx stop >/dev/null 2>&1 || true  # the package starts one on port 80; the tests run their own
+  else
+    echo "setup: nginx is missing; install Debian's nginx-light package (as root)" >&2
   fi
 fi
 VENV="${VENV:-.venv}"

@@ -58,7 +58,7 @@ def test_compose_runs_two_replicas_on_postgresql_behind_nginx_for_sse() -> None:
         assert "RESPONSES_SERVER_REASONING_KEY" in service["environment"]  # replicas open each other's reasoning
         assert service["stop_grace_period"]  # time for the graceful drain
     assert len(ids) == 2
-    nginx = (ROOT / "docker" / "nginx.conf").read_text()
+    nginx = (ROOT / "docker" / "nginx.conf").read_text() + (ROOT / "docker" / "proxy.conf").read_text()
     for name in replicas:
         assert f"server {name}:8000" in nginx
     for directive in ("proxy_buffering off;", "proxy_http_version 1.1;", "proxy_read_timeout 3600s;"):
