@@ -410,3 +410,16 @@ def test_bad_data_is_a_400_not_a_store_outage_on_both_backends(tokenizer: Any, s
         assert page.status_code == 200, page.text
         assert [item["content"][0]["text"] for item in page.json()["data"]] == ["b", "c"]
     assert not [r for r in caplog.records if "response store" in r.getMessage()]
+
+
+def test_failures_are_told_in_the_clients_terms(tokenizer: Any) -> None:
+    """The issue's last point: response.failed messages and 500s passed internal exception text to clients."""
+    engine, server, _ = serve(tokenizer)
+    with server as base_url:
+        harness = Harness(engine, base_url)
+        harness.play(steps_from_tokens(answer_tokens(tokenizer)[:3], cuts=[1])
+                     + [RuntimeError("CUDA error at /opt/vllm/worker.py:812")])
+        final = validate_events(harness.raw_stream(input="x"))
+    assert final.status == "failed" and final.error is not None
+    assert "RuntimeError" not in final.error.message and "worker.py" not in final.error.message
+    assert "could not be generated" in final.error.message

@@ -109,7 +109,8 @@ async def store_unavailable_handler(_: Request, exc: StoreUnavailable) -> JSONRe
 
 async def unexpected_error_handler(request: Request, exc: Exception) -> JSONResponse:
     logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-    error = APIError(f"Internal server error: {type(exc).__name__}", status=500, type="server_error")
+    error = APIError("The server had an error while processing your request; it logged why.", status=500,
+                     type="server_error")
     return error.response()
 
 

@@ -105,6 +105,16 @@ class ChatTemplateRenderer:
                 **options,
             )
         except Exception as exc:  # jinja2 raises TemplateError and friends for conversations it rejects
-            raise RequestError(f"the model's chat template rejected this conversation: {exc}", param="input") from exc
+            raise RequestError(_template_refusal(exc), param="input") from exc
         token_ids = list(self._tokenizer.encode(text, add_special_tokens=False))
         return RenderedPrompt(token_ids=token_ids, text=text, tools=table)
+
+
+def _template_refusal(exc: Exception) -> str:
+    """What the client is told: a template's own `raise_exception(...)` message (a plain TemplateError, written
+    for users, such as "roles must alternate"), never the text of any other error inside the template engine."""
+    from jinja2 import TemplateError
+
+    if type(exc) is TemplateError and str(exc):
+        return f"the model's chat template rejected this conversation: {exc}"
+    return "the model's chat template cannot render this conversation"

@@ -19,6 +19,7 @@ from streaming.builder import ResponseBuilder
 from streaming.outcome import Finished, Usage
 
 logger = logging.getLogger(__name__)
+GENERATION_FAILED = "The model's output could not be generated; the server logged why. Try again."
 
 
 @dataclass
@@ -149,9 +150,9 @@ class ResponseRun:
             if self.parser.error is None and self.builder.error is None and not self._calls.capped:
                 for event in self.builder.feed(self.parser.finish()):
                     yield event
-        except Exception as exc:  # the engine or a parser failed mid-stream: end as response.failed
+        except Exception:  # the engine or a parser failed mid-stream: end as response.failed
             logger.exception("response %s failed", self.builder.response_id)
-            finished = Finished("error", error_message=f"generation failed: {type(exc).__name__}: {exc}")
+            finished = Finished("error", error_message=GENERATION_FAILED)  # the log has the details
         if finished is None and self._stop_reason is not None:  # stopped while waiting for the engine
             finished = Finished("error", error_message=self._stop_reason)
         finished = finished or Finished("error", error_message="the engine stopped without a finish reason")
