@@ -16,6 +16,7 @@ from server.paths.base import ModelPath
 from server.paths.choice import choose_path
 from server.runs.admission import Admission
 from server.runs.background import BackgroundRuns
+from server.runs.pending_saves import PendingSaves
 from server.sealing import Sealer
 from server.store.interface import ResponseStore
 from streaming.builder import ResponseBuilder
@@ -38,6 +39,7 @@ class ServingContext:
     path: ModelPath | None = None
     store: ResponseStore | None = None
     background: BackgroundRuns = field(default_factory=BackgroundRuns)
+    pending_saves: PendingSaves = field(default_factory=PendingSaves)
     sealer: Sealer = field(default_factory=Sealer.ephemeral)  # seals reasoning for stateless clients
     admission: Admission = field(default_factory=Admission)
     started_at: int = field(default_factory=lambda: int(time.time()))

@@ -44,10 +44,19 @@ class PostgresServer:
             shutil.chown(self.directory, "postgres")
         subprocess.run(_as_postgres([_binary("initdb"), "-D", str(data), "--auth=trust", "-U", "postgres",
                                      "--no-sync"]), check=True, capture_output=True)
-        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
-        subprocess.run(_as_postgres([_binary("pg_ctl"), "-D", str(data), "-l", str(self.directory / "log"),
-                                     "-o", options, "-w", "start"]), check=True, capture_output=True)
+        self.resume()
         return self
+
+    def pause(self) -> None:
+        """Stop the server, keeping its data (an outage; `resume` ends it)."""
+        subprocess.run(_as_postgres([_binary("pg_ctl"), "-D", str(self.directory / "data"), "-m", "fast", "-w",
+                                     "stop"]), check=True, capture_output=True)
+
+    def resume(self) -> None:
+        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        subprocess.run(_as_postgres([_binary("pg_ctl"), "-D", str(self.directory / "data"), "-l",
+                                     str(self.directory / "log"), "-o", options, "-w", "start"]),
+                       check=True, capture_output=True)
 
     def stop(self) -> None:
         subprocess.run(_as_postgres([_binary("pg_ctl"), "-D", str(self.directory / "data"), "-m", "immediate",

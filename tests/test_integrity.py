@@ -423,3 +423,19 @@ def test_failures_are_told_in_the_clients_terms(tokenizer: Any) -> None:
     assert final.status == "failed" and final.error is not None
     assert "RuntimeError" not in final.error.message and "worker.py" not in final.error.message
     assert "could not be generated" in final.error.message
+
+
+def test_a_stream_that_ended_during_an_outage_is_stored_once_the_store_is_back(tokenizer: Any,
+                                                                              tmp_path: Path) -> None:
+    """What a client was told is what the store keeps: a stored stream whose save failed was never stored."""
+    store = FaultyStore(SqliteStore(tmp_path / "responses.db"))
+    engine, server, _ = serve(tokenizer, store)
+    with server as base_url:
+        harness = Harness(engine, base_url)
+        harness.play(say(tokenizer, "Told during the outage."))
+        store.broken = True
+        final = validate_events(harness.raw_stream(input="x"))
+        assert final.status == "completed"
+        store.broken = False
+        assert _wait_for(lambda: (_stored(base_url, final.id) or {}).get("status") == "completed")
+        assert (_stored(base_url, final.id) or {}).get("output") == final.model_dump(mode="json", exclude_unset=True)["output"]

@@ -28,6 +28,7 @@ def create_app(context: ServingContext) -> FastAPI:
             yield
         finally:
             await context.background.shutdown()
+            await context.pending_saves.shutdown()
             if context.engine is not None:
                 await context.engine.shutdown()
             if context.store is not None:

@@ -36,7 +36,7 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest) ->
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
     mode = "background" if body.background else "stream" if body.stream else "json"
     return StoredRun(run, store, input_items, body.previous_response_id, keep_event_log=keep_log,
-                     background=body.background, conversation=link, mode=mode)
+                     background=body.background, conversation=link, mode=mode, retry_later=context.pending_saves.add)
 
 
 async def input_token_count(context: ServingContext, body: ResponsesRequest) -> int:

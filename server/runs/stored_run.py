@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from openai.types.responses import Response, ResponseFailedEvent, ResponseStreamEvent
 
@@ -58,6 +58,7 @@ class StoredRun:
     _log: list[str] = field(default_factory=list)  # the events' JSON so far, when kept
     _saved: int = 0  # how many of the log's first events the store holds (a background log is written as it grows)
     owner: str | None = None  # the replica generating it, for a background response
+    retry_later: Callable[["StoredRun"], None] | None = None  # takes an ending the store refused, to store it later
     _end_saved: bool = False
     _conversation_added: bool = False
     _taken_over: Response | None = None  # the stored ending, when another replica failed this response
@@ -102,15 +103,19 @@ class StoredRun:
         takes it, or ends as the store says when another replica took it over: what a client is told is what the
         store keeps."""
         if self.owner is None:
-            await self.store_the_end()
+            if not await self.store_the_end() and self.retry_later is not None:
+                self.retry_later(self)  # the client is not kept waiting for the store
             return event, data
+        try:
+            await self.keep_storing()
+        except TakenOver as lost:
+            return self._as_stored(event, lost.record)
+        return event, data
+
+    async def keep_storing(self) -> None:
+        """Try `store_the_end` with backoff until the store takes it (or it raises TakenOver)."""
         delay = _FIRST_RETRY_SECONDS
-        while True:
-            try:
-                if await self.store_the_end():
-                    return event, data
-            except TakenOver as lost:
-                return self._as_stored(event, lost.record)
+        while not await self.store_the_end():
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MAX_RETRY_SECONDS)
 
