@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs PostgreSQL's server and nginx (Debian) and creates .venv with responses-server, the CPU engine and test tools;
+# Installs PostgreSQL's server, nginx and faketime (Debian) and creates .venv with responses-server, the CPU engine and test tools;
 # the pip part reruns only when pyproject.toml or this script changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +20,15 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
     service nginx stop >/dev/null 2>&1 || true  # the package starts one on port 80; the tests run their own
   else
     echo "setup: nginx is missing; install Debian's nginx-light package (as root)" >&2
+  fi
+fi
+# faketime (libfaketime), for the chaos test's replica whose clock runs ahead (Debian's faketime).
+if ! command -v faketime >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends faketime >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends faketime >/dev/null; }
+  else
+    echo "setup: faketime is missing; install Debian's faketime package (as root)" >&2
   fi
 fi
 VENV="${VENV:-.venv}"

@@ -31,13 +31,15 @@ START_TIMEOUT = 600
 class RunningServer:
     """A `python -m server` subprocess and the clients that talk to it."""
 
-    def __init__(self, args: list[str], log: Path, data_dir: Path | None = None) -> None:
+    def __init__(self, args: list[str], log: Path, data_dir: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        """`env` is added to the server's environment."""
         self.log = log
         self.data_dir = data_dir or log.parent / "data"
         for _ in range(3):  # a port picked free can be taken meanwhile (vLLM binds ports of its own)
             self.port = free_port()
             self.base_url = f"http://127.0.0.1:{self.port}/v1"
-            env = {**os.environ, "PYTHONUNBUFFERED": "1", "RESPONSES_SERVER_DATA": str(self.data_dir)}
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", "RESPONSES_SERVER_DATA": str(self.data_dir), **(env or {})}
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "server", "--port", str(self.port), *args],
                 stdout=log.open("w"), stderr=subprocess.STDOUT, env=env,

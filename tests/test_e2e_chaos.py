@@ -1,10 +1,12 @@
 """Chaos, end to end: two server processes on the real CPU engine share one real PostgreSQL. Background responses
 and streams run while PostgreSQL stops for longer than the lease and comes back, then one replica is killed
-(SIGKILL) mid-run. Afterwards the store keeps its invariants, and every background response a client saw end is
-stored with that ending."""
+(SIGKILL) mid-run; replica B's clock runs two hours ahead (libfaketime), which leases, timed by the database's
+clock, must not notice. Afterwards the store keeps its invariants, and every background response a client saw end
+is stored with that ending."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -78,6 +80,14 @@ class Clients:
             self.saw(events_of(parse_frames(r.iter_lines())))
 
 
+def skewed_clock() -> dict[str, str]:
+    """The environment that runs a process (and its children) with its wall clock two hours ahead: libfaketime
+    preloaded (Debian's faketime package, installed by scripts/setup.sh); monotonic time stays true."""
+    (library,) = glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1") or [""]  # the threads-safe one, as faketime
+    assert library, "libfaketime is missing: run scripts/setup.sh (it installs Debian's faketime)"
+    return {"LD_PRELOAD": library, "FAKETIME": "+2h", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+
 def kill(server: RunningServer) -> None:
     """SIGKILL the server and its engine processes, as a crashed machine would stop them."""
     family = [server.process.pid] + [child.pid for child in psutil.Process(server.process.pid).children(recursive=True)]
@@ -96,10 +106,17 @@ def running_rows(url: str) -> int:
 
 def test_outage_and_a_killed_replica_leave_the_store_consistent(postgres: Any, tmp_path: Path) -> None:
     store = postgres.new_database()
-    a, b = (RunningServer(["--store", store, "--replica-id", name, "--max-model-len", "2048", "--lease-seconds",
-                           str(LEASE)], tmp_path / f"{name}.log", data_dir=tmp_path / name) for name in "ab")
+    servers: list[RunningServer] = []
     clients = Clients()
     try:
+        for name in "ab":  # started one by one, so a failed start still stops the other in `finally`
+            servers.append(RunningServer(["--store", store, "--replica-id", name, "--max-model-len", "2048",
+                                          "--lease-seconds", str(LEASE)], tmp_path / f"{name}.log",
+                                         data_dir=tmp_path / name, env=skewed_clock() if name == "b" else None))
+        a, b = servers
+        ahead = httpx.post(f"{b.base_url}/responses", timeout=120,
+                           json={"model": MODEL, "input": "hi", "max_output_tokens": 1}).json()
+        assert ahead["created_at"] > time.time() + 3600  # B's clock is skewed indeed
         # Wave 1: PostgreSQL stops for twice the lease while both replicas generate, then comes back.
         for server in (a, b):
             clients.start(clients.background_followed, server, server, 60)
@@ -121,7 +138,7 @@ def test_outage_and_a_killed_replica_leave_the_store_consistent(postgres: Any, t
             time.sleep(0.5)
         clients.join(within=120)
     finally:
-        for server in (a, b):
+        for server in servers:
             if server.process.poll() is None:
                 server.stop()
     assert violations(store, clients.seen) == []
