@@ -1,62 +1,21 @@
-"""The reference for parsers/harmony.py: the harmony parser as it was before it became linear (it reads
-StreamableParser's `state` and `messages` on every token, whose cost grows with the output). Tests compare the
-linear parser's deltas with these, for the same tokens at every step size."""
+"""The reference for parsers/harmony.py: its per-token step as it was before the parser became linear, reading
+StreamableParser's `state` and `messages` on every token (whose cost grows with the output). Tests compare the
+linear parser's deltas with this one's, for the same tokens at every step size."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
 
-from parsers.deltas import (
-    Delta,
-    ItemEnded,
-    OutputText,
-    ReasoningText,
-    ToolCallArguments,
-    ToolCallStarted,
-    merge_adjacent,
-)
-from parsers.harmony import FUNCTIONS_PREFIX, _custom_input
-from parsers.tools import ToolSpec, ToolTable
-
-OpenKind = Literal["reasoning", "message", "call", "custom"]
+from parsers.deltas import Delta
+from parsers.harmony import HarmonyParser
 
 
 @dataclass
-class ReferenceHarmonyParser:
-    """Maps harmony messages to items as they stream, whatever the engine's step size.
+class ReferenceHarmonyParser(HarmonyParser):
+    """The old boundary logic (state and message count) over the shared mapping of messages to items: what the
+    comparison checks is where messages begin and end, and what each token adds."""
 
-    `analysis` -> reasoning; `final` -> message; `commentary` to `functions.NAME` -> a function call whose
-    arguments are the message body; `commentary` with no recipient -> a message (a preamble). Every message
-    end inside a step closes its item. A malformed token stream stops parsing and sets `error`; what was
-    parsed before stays.
-    """
-
-    encoding: Any
-    tools: ToolTable | None = None
-    reasoning_tokens: int = 0
-    error: str | None = None
-    _parser: Any = None
-    _open: OpenKind | None = None
-    _custom: tuple[ToolSpec, list[str]] | None = None  # a custom tool's call is buffered to its end
     _messages: int = 0  # messages the harmony parser has completed
-
-    def __post_init__(self) -> None:
-        from openai_harmony import Role, StreamableParser
-
-        self._parser = StreamableParser(self.encoding, role=Role.ASSISTANT)
-
-    def feed(self, token_ids: Sequence[int], text: str = "", token_ends: Sequence[int] | None = None) -> list[Delta]:
-        deltas: list[Delta] = []
-        for token_id in token_ids:
-            if self.error is not None:
-                break
-            deltas += self._token(token_id)
-        return merge_adjacent(deltas)
-
-    def finish(self) -> list[Delta]:
-        """An unfinished message stays open: the builder closes it (incomplete when the output was cut)."""
-        return []
 
     def _token(self, token_id: int) -> list[Delta]:
         from openai_harmony import HarmonyError, StreamState
@@ -80,37 +39,3 @@ class ReferenceHarmonyParser:
             self._messages = len(parser.messages)
             deltas += self._close_message()
         return deltas
-
-    def _open_message(self, channel: str | None, recipient: str | None) -> list[Delta]:
-        if recipient and recipient != "assistant":
-            name = recipient.removeprefix(FUNCTIONS_PREFIX)
-            tool = self.tools.lookup(name) if self.tools else ToolSpec(name)
-            if tool.kind == "custom":
-                self._open, self._custom = "custom", (tool, [])
-                return []
-            self._open = "call"
-            return [ToolCallStarted(tool.name, namespace=tool.namespace)]
-        self._open = "reasoning" if channel == "analysis" else "message"
-        return []
-
-    def _content(self, text: str) -> list[Delta]:
-        if self._open == "reasoning":
-            return [ReasoningText(text)]
-        if self._open == "call":
-            return [ToolCallArguments(text)]
-        if self._open == "custom":
-            assert self._custom is not None
-            self._custom[1].append(text)
-            return []
-        return [OutputText(text)]
-
-    def _close_message(self) -> list[Delta]:
-        kind, self._open = self._open, None
-        if kind == "custom":
-            assert self._custom is not None
-            tool, body = self._custom
-            self._custom = None
-            return [ToolCallStarted(tool.name, kind="custom"), ToolCallArguments(_custom_input("".join(body))),
-                    ItemEnded()]
-        return [ItemEnded()] if kind is not None else []
-

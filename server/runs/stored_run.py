@@ -17,8 +17,6 @@ from server.store.interface import ResponseStore, StoreRejected, StoreUnavailabl
 from streaming.event_types import TERMINAL_EVENTS
 from streaming.sse import event_json
 
-
-
 logger = logging.getLogger(__name__)
 _FIRST_RETRY_SECONDS = 0.1  # the first wait before a background response's terminal save is tried again
 _MAX_RETRY_SECONDS = 5.0
@@ -109,7 +107,7 @@ class StoredRun:
         try:
             await self.keep_storing()
         except TakenOver as lost:
-            return self._as_stored(event, lost.record)
+            return self._as_stored(event, data, lost.record)
         return event, data
 
     async def keep_storing(self) -> None:
@@ -119,10 +117,11 @@ class StoredRun:
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MAX_RETRY_SECONDS)
 
-    def _as_stored(self, event: ResponseStreamEvent, record: StoredResponse | None) -> tuple[ResponseStreamEvent, str]:
+    def _as_stored(self, event: ResponseStreamEvent, data: str,
+                   record: StoredResponse | None) -> tuple[ResponseStreamEvent, str]:
         """Our terminal event replaced by the stored ending of a response another replica failed."""
         if record is None:  # deleted meanwhile: nobody can read another ending
-            return event, event_json(event)
+            return event, data
         self._taken_over = Response.model_validate(record.response)
         stored = ResponseFailedEvent(type="response.failed", sequence_number=event.sequence_number,
                                      response=self._taken_over)
