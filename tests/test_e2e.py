@@ -135,14 +135,15 @@ def test_non_streaming_matches_streaming(live: RunningServer) -> None:
 
 
 def test_openai_agents_run_streamed(live: RunningServer) -> None:
-    from agents import Agent, OpenAIResponsesModel, Runner, set_tracing_disabled
+    from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, set_tracing_disabled
 
     set_tracing_disabled(True)
 
     async def run() -> tuple[Any, list[str]]:
         client = AsyncOpenAI(base_url=live.base_url, api_key="unused", max_retries=0)
         agent = Agent(name="assistant", instructions="Answer in one short sentence.",
-                      model=OpenAIResponsesModel(model=MODEL, openai_client=client))
+                      model=OpenAIResponsesModel(model=MODEL, openai_client=client),
+                      model_settings=ModelSettings(temperature=0))  # greedy: the SDK raises on incomplete
         result = Runner.run_streamed(agent, QUESTION, max_turns=1)
         kinds = [event.type async for event in result.stream_events()]
         return result.final_output, kinds
