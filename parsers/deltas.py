@@ -57,7 +57,12 @@ class ToolCallArguments:
 
 @dataclass(frozen=True)
 class ItemEnded:
-    """The open item is complete (a tool call ended, a harmony message ended)."""
+    """The open item is complete (a tool call ended, a harmony message ended).
+
+    A parser that knows what an ending message was says so: `commentary` for a preamble, `final_answer` for the
+    answer; otherwise the builder tells them apart by whether more output follows."""
+
+    phase: Literal["commentary", "final_answer"] | None = None
 
 
 Delta = Union[OutputText, Refusal, ReasoningText, ToolCallStarted, ToolCallArguments, ItemEnded]

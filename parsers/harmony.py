@@ -19,7 +19,7 @@ from parsers.deltas import (
 from parsers.tools import ToolSpec, ToolTable
 
 FUNCTIONS_PREFIX = "functions."
-OpenKind = Literal["reasoning", "message", "call", "custom"]
+OpenKind = Literal["reasoning", "message", "preamble", "call", "custom"]  # preamble: a commentary message
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class HarmonyParser:
                 return []
             self._open = "call"
             return [ToolCallStarted(tool.name, namespace=tool.namespace)]
-        self._open = "reasoning" if channel == "analysis" else "message"
+        self._open = "reasoning" if channel == "analysis" else "preamble" if channel == "commentary" else "message"
         return []
 
     def _content(self, text: str) -> list[Delta]:
@@ -131,7 +131,7 @@ class HarmonyParser:
             assert self._custom is not None
             self._custom[1].append(text)
             return []
-        return [OutputText(text)]
+        return [OutputText(text)]  # a message or a preamble
 
     def _close_message(self) -> list[Delta]:
         kind, self._open = self._open, None
@@ -141,6 +141,8 @@ class HarmonyParser:
             self._custom = None
             return [ToolCallStarted(tool.name, kind="custom"), ToolCallArguments(_custom_input("".join(body))),
                     ItemEnded()]
+        if kind in ("message", "preamble"):
+            return [ItemEnded(phase="commentary" if kind == "preamble" else "final_answer")]
         return [ItemEnded()] if kind is not None else []
 
 

@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 BUNDLED_MODEL_NAME = "SmolLM2-135M-Instruct"
+# Its output cap when a request sets none: a sampled answer of this tiny model can run until its context is full
+# (1,500 tokens and two minutes for a weather question); capped, a plain request ends in seconds.
+BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS = 512
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DONE_MARKER = ".converted"
 # Bumped whenever the conversion's output changes, so cached checkpoints are redone.

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from parsers.registry import check_reasoning_parser
+from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS
 from server.paths.chat_template import check_tool_call_parser
 from server.config import ServerConfig
 from server.http.auth import api_keys
@@ -72,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="at most N responses generate at once; more are a 429 with Retry-After (default: no cap)")
     server.add_argument("--send-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="end a stream whose client has read nothing for this long (default 60)")
+    server.add_argument("--default-max-output-tokens", type=int, default=None, metavar="N",
+                        help="cap the output of a request that sets no max_output_tokens (default: none, or "
+                             f"{BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS} for the bundled model, which can ramble until its "
+                             "context is full)")
     server.add_argument("--uvicorn-log-level", default="info", help="uvicorn log level")
     vllm_engine.add_engine_arguments(parser)
     # vLLM's own --shutdown-timeout (0 = abort) also bounds how long running responses may finish on SIGTERM
@@ -86,11 +91,13 @@ def resolve_model(args: argparse.Namespace) -> None:
         args.served_model_name = args.served_model_name or ["gpt-oss"]
         return
     if args.model is None:
-        from server.bundled_model import BUNDLED_MODEL_NAME, ensure_bundled_model
+        from server.bundled_model import BUNDLED_MODEL_NAME, ensure_bundled_model  # converts on first use
 
         args.model = str(ensure_bundled_model())
         if not args.served_model_name:
             args.served_model_name = [BUNDLED_MODEL_NAME]
+        if args.default_max_output_tokens is None:
+            args.default_max_output_tokens = BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS
 
 
 def served_name(args: argparse.Namespace) -> str:
@@ -165,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_body_bytes=args.max_body_bytes,
         max_concurrent_requests=args.max_concurrent_requests,
         send_timeout_seconds=args.send_timeout,
+        default_max_output_tokens=args.default_max_output_tokens,
     )
     try:
         store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count),

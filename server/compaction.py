@@ -16,6 +16,8 @@ SUMMARY_INSTRUCTION = (
     "Summarize the conversation so far so that it can be continued from your summary alone: the user's goal, "
     "what has been done and found, and what is left to do. Reply with the summary only.")
 SUMMARY_MAX_TOKENS = 512
+NO_USAGE = {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0}
 
 
 def summary_request(conversation: ResponsesRequest) -> ResponsesRequest:
@@ -41,7 +43,7 @@ def compacted_response(summary: Response, conversation: ResponsesRequest, sealer
     user message, so a strict client could not read them there.
     """
     sealed = seal_compaction(sealer, summary.output_text, user_messages(conversation))
-    usage = summary.usage.model_dump(mode="json") if summary.usage else None
-    return {"id": ids(RESPONSE), "object": "response.compaction", "created_at": summary.created_at,
+    usage = summary.usage.model_dump(mode="json") if summary.usage else NO_USAGE
+    return {"id": ids(RESPONSE), "object": "response.compaction", "created_at": int(summary.created_at),
             "output": [{"type": "compaction", "id": ids(ITEM_PREFIXES["compaction"]), "encrypted_content": sealed}],
             "usage": usage}

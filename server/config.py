@@ -19,3 +19,4 @@ class ServerConfig:
     max_body_bytes: int = 32 * 1024 * 1024  # Codex sends hundreds of KiB; far more is a mistake or an attack
     max_concurrent_requests: int | None = None  # responses generating at once; past it, 429
     send_timeout_seconds: float | None = 60.0  # a stream whose client reads nothing for this long is ended
+    default_max_output_tokens: int | None = None  # the cap of a request that sets no max_output_tokens

@@ -217,6 +217,8 @@ class ResponsesRequest(_Lenient):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     tools: list[dict[str, Any]] = Field(default_factory=list)
     tool_choice: Any = "auto"  # checked against the tools when the output rules are made
     parallel_tool_calls: bool = True
@@ -230,6 +232,7 @@ class ResponsesRequest(_Lenient):
     text: dict[str, Any] | None = None
     truncation: Literal["auto", "disabled"] | None = None
     user: str | None = None
+    safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     conversation: ItemId | None = None  # a conversation id (sent as "conv_..." or {"id": "conv_..."})
     prompt: Any = None  # these two are rejected when given (_UNSUPPORTED_FIELDS)

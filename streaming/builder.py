@@ -55,6 +55,7 @@ from streaming.items import (
     ItemRecord,
     ItemStatus,
     PartKind,
+    Phase,
     PartRecord,
     delta_logprob,
     item_model,
@@ -62,6 +63,7 @@ from streaming.items import (
     usage_model,
 )
 from streaming.outcome import Finished
+from streaming.response import wire_response
 
 Clock = Callable[[], float]
 
@@ -130,21 +132,13 @@ class ResponseBuilder:
         self._summarize = summarize_reasoning
         self._state = _State()
         self.error: str | None = None  # why feeding stopped early (see `feed`)
-        self._template = Response.model_validate(
-            {
-                "object": "response",
-                "output": [],
-                "parallel_tool_calls": True,
-                "tool_choice": "auto",
-                "tools": [],
-                **settings,
-                "id": response_id or ids(id_prefixes.RESPONSE),
-                "created_at": int(clock()),
-                "status": "in_progress",
-                "error": None,
-                "incomplete_details": None,
-            }
-        )
+        self._template = wire_response({
+            **settings,
+            "id": response_id or ids(id_prefixes.RESPONSE),
+            "created_at": int(clock()),
+            "status": "in_progress",
+            "output": [],
+        })
 
     # -- public API -------------------------------------------------------------------------
 
@@ -228,7 +222,7 @@ class ResponseBuilder:
             return self._tool_arguments(delta)
         if isinstance(delta, ItemEnded):
             self._state.pending_whitespace.clear()
-            return self._close_open_item("completed")
+            return self._close_open_item("completed", phase=delta.phase)
         return self._text(delta)
 
     def _text(self, delta: OutputText | Refusal | ReasoningText) -> list[ResponseStreamEvent]:
@@ -242,7 +236,7 @@ class ResponseBuilder:
                 # Whitespace between items (a model's "\n\n" before a tool call) opens nothing yet.
                 self._state.pending_whitespace.append(delta)
                 return []
-            events.extend(self._close_open_item("completed"))
+            events.extend(self._close_open_item("completed", phase="commentary"))
             events.extend(self._open_item(item_kind))
             if part_kind == "output_text":
                 events.extend(self._flush_whitespace())
@@ -259,7 +253,7 @@ class ResponseBuilder:
 
     def _start_tool_call(self, delta: ToolCallStarted) -> list[ResponseStreamEvent]:
         self._state.pending_whitespace.clear()
-        events = self._close_open_item("completed")
+        events = self._close_open_item("completed", phase="commentary")
         kind: ItemKind = "custom_tool_call" if delta.kind == "custom" else "function_call"
         events.extend(
             self._open_item(
@@ -292,10 +286,14 @@ class ResponseBuilder:
         return [self._emit(ResponseOutputItemAddedEvent, type="response.output_item.added",
                            output_index=item.output_index, item=item_model(item, "in_progress"))]
 
-    def _close_open_item(self, status: ItemStatus) -> list[ResponseStreamEvent]:
+    def _close_open_item(self, status: ItemStatus, phase: Phase | None = None) -> list[ResponseStreamEvent]:
+        """Close the open item; a message's `phase` is the parser's word for it, else `commentary` when more output
+        follows it (the caller says so) and `final_answer` when it ends the response or nothing more is known."""
         item = self._state.open_item
         if item is None:
             return []
+        if item.kind == "message":
+            item.phase = item.phase or phase or "final_answer"
         events: list[ResponseStreamEvent] = []
         if item.parts:
             events.extend(self._close_part(item, item.parts[-1]))

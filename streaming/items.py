@@ -21,6 +21,7 @@ from streaming.outcome import Finished
 ItemKind = Literal["message", "reasoning", "function_call", "custom_tool_call"]
 PartKind = Literal["output_text", "refusal", "reasoning_text", "summary_text"]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
+Phase = Literal["commentary", "final_answer"]  # a preamble before more output, or the answer
 
 
 @dataclass
@@ -46,12 +47,16 @@ class ItemRecord:
     namespace: str | None = None
     arguments: list[str] = field(default_factory=list)
     summary: PartRecord | None = None  # a reasoning item's summary, when one is asked for
+    phase: Phase | None = None  # a message's, once it is known (when it ends)
 
 
 def item_model(item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
     if item.kind == "message":
-        content = [part_model(p, p.final_text) for p in item.parts] if status != "in_progress" else []
-        return ResponseOutputMessage(type="message", id=item.id, role="assistant", status=status, content=content)
+        if status == "in_progress":
+            return ResponseOutputMessage(type="message", id=item.id, role="assistant", status=status, content=[])
+        content = [part_model(p, p.final_text) for p in item.parts]
+        return ResponseOutputMessage(type="message", id=item.id, role="assistant", status=status, content=content,
+                                     phase=item.phase)
     if item.kind == "reasoning":
         done = status != "in_progress"
         content = [part_model(p, p.final_text) for p in item.parts] if done else []
@@ -79,8 +84,9 @@ def part_model(part: PartRecord, text: str | None) -> dict[str, Any]:
 
 
 def delta_logprob(lp: TokenLogprob) -> dict[str, Any]:
-    return {"token": lp.token, "logprob": lp.logprob,
-            "top_logprobs": [{"token": t, "logprob": p} for t, p in lp.top]}
+    """A delta event's logprob: the SDK's fields, and the `bytes` the Open Responses schema requires."""
+    return {"token": lp.token, "logprob": lp.logprob, "bytes": lp.bytes,
+            "top_logprobs": [{"token": t, "logprob": p, "bytes": list(t.encode())} for t, p in lp.top]}
 
 
 def output_logprob(lp: TokenLogprob) -> dict[str, Any]:

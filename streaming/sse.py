@@ -8,6 +8,8 @@ from typing import AsyncIterable, AsyncIterator
 from openai.types.responses import ResponseStreamEvent
 from sse_starlette import ServerSentEvent
 
+from streaming.event_types import RESPONSE_EVENTS
+
 SEPARATOR = "\n"
 
 
@@ -35,9 +37,12 @@ def event_json(event: ResponseStreamEvent) -> str:
     """Compact JSON with the API's field names; only fields the builder set are written.
 
     The same as the SDK's `event.to_json(indent=None)`, calling pydantic-core's serializer without the SDK's two Python
-    wrappers in between (this runs once per generated token; tests/test_sse_frames.py checks the equality).
+    wrappers in between (this runs once per generated token; tests/test_sse_frames.py checks the equality). An event
+    carrying the response writes it as its own class, a WireResponse, not as the field's declared SDK class.
     """
-    return event.__pydantic_serializer__.to_json(event, by_alias=True, exclude_unset=True).decode()
+    whole_response = event.type in RESPONSE_EVENTS
+    return event.__pydantic_serializer__.to_json(event, by_alias=True, exclude_unset=True,
+                                                 serialize_as_any=whole_response).decode()
 
 
 async def stored_frames(events: AsyncIterable[str]) -> AsyncIterator[bytes]:

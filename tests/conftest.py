@@ -14,6 +14,8 @@ from typing import Any, Iterator
 import pytest
 import uvicorn
 
+from tests.openresponses import SpecCheckingApp
+
 
 @pytest.fixture(scope="session")
 def bundled_model() -> Path:
@@ -37,9 +39,12 @@ def free_port() -> int:
 
 @contextmanager
 def serve_in_thread(app: Any) -> Iterator[str]:
-    """Run the app on a real socket (uvicorn in a thread); yields the base URL ending in /v1."""
+    """Run the app on a real socket (uvicorn in a thread); yields the base URL ending in /v1.
+
+    Every JSON body it answers with is checked against the Open Responses schema; a violation fails the test."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    checked = SpecCheckingApp(app)
+    server = uvicorn.Server(uvicorn.Config(checked, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -52,6 +57,7 @@ def serve_in_thread(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+    assert not checked.violations, "answers the Open Responses schema rejects:\n" + "\n".join(checked.violations)
 
 
 @pytest.fixture(scope="session")

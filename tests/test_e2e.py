@@ -19,6 +19,7 @@ from server.bundled_model import BUNDLED_MODEL_NAME
 from server.engine.recording import read_recordings
 from tests.conftest import free_port, run_codex
 from tests.helpers import collapsed_types, without_volatile
+from tests.openresponses import httpx_spec_hook
 from tests.sse import events_of, parse_frames
 from tests.validator import validate_events
 
@@ -48,8 +49,9 @@ class RunningServer:
                 break
         else:
             raise RuntimeError(f"server could not bind a port:\n{self.log.read_text()[-4000:]}")
+        checked = httpx.Client(timeout=300, event_hooks={"response": [httpx_spec_hook]})  # and the spec's schema
         self.client = OpenAI(base_url=self.base_url, api_key="unused", _strict_response_validation=True,
-                             max_retries=0, timeout=300)
+                             max_retries=0, timeout=300, http_client=checked)
 
     def _wait_until_healthy(self) -> bool:
         """True once healthy; False if the port was taken; raises on any other failure."""

@@ -9,6 +9,8 @@ from typing import Any
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from tests.openresponses import check_event
+
 _EVENT = TypeAdapter(ResponseStreamEvent)
 _TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 _TERMINAL_STATUS = {"response.completed": "completed", "response.incomplete": "incomplete",
@@ -59,6 +61,8 @@ def validate_events(raw_events: list[dict[str, Any]]) -> Response:
     """Validate a whole stream (JSON objects, as sent); return the terminal response."""
     _check(len(raw_events) >= 3, f"a stream has created, in_progress and a terminal event; got {len(raw_events)}")
     events = [_EVENT.validate_python(event) for event in raw_events]  # every event is an SDK model
+    for event in raw_events:  # and what the Open Responses spec has
+        check_event(event)
     for number, event in enumerate(events):
         _check(event.sequence_number == number, f"sequence_number {event.sequence_number} at position {number}")
     _check(events[0].type == "response.created", f"first event is {events[0].type}")

@@ -22,6 +22,8 @@ class SamplingSettings:
     top_k: int | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     logprobs: int | None = None  # None: not requested; k: the chosen token plus k alternatives
     stop_token_ids: tuple[int, ...] = ()
     structural_tag: str | None = None  # an xgrammar structural tag (JSON) the output must follow

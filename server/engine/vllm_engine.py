@@ -126,7 +126,7 @@ def _sampling_params(request: EngineRequest) -> Any:
         "detokenize": False,  # we decode incrementally ourselves, identically for live and replayed output
         "logprobs": sampling.logprobs,
     }
-    for key in SAMPLING_DEFAULT_KEYS:
+    for key in (*SAMPLING_DEFAULT_KEYS, "presence_penalty", "frequency_penalty"):
         if getattr(sampling, key) is not None:
             options[key] = getattr(sampling, key)
     if sampling.stop_token_ids:

@@ -18,6 +18,7 @@ from openai.types.responses import Response, ResponseFailedEvent
 
 from server.runs.stored_run import StoredRun
 from server.store.interface import Interrupt, ResponseStore, StoreUnavailable
+from streaming.response import WireResponse
 from streaming.sse import event_json
 
 logger = logging.getLogger(__name__)
@@ -204,7 +205,7 @@ def interrupt_with(message: str) -> Interrupt:
         if last < 0:
             return failed, None
         event = ResponseFailedEvent(type="response.failed", sequence_number=last + 1,
-                                    response=Response.model_validate(failed))
+                                    response=WireResponse.model_validate(failed))
         return failed, event_json(event)
 
     return interrupt

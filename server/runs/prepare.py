@@ -95,14 +95,15 @@ def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: R
     prompt = rendered.token_ids
     room = engine.max_model_len - len(prompt)
     logprobs = (body.top_logprobs or 0) if body.wants_logprobs() else None
+    cap = body.max_output_tokens or context.config.default_max_output_tokens
     sampling = SamplingSettings(
-        max_tokens=min(body.max_output_tokens or room, room),
+        max_tokens=min(cap or room, room),
         stop_token_ids=rendered.stop_token_ids,
         logprobs=logprobs,
         structural_tag=path.structural_tag(rules),
         **sampling_values(body, engine.sampling_defaults),
     )
-    settings = response_settings(body, served) | {"temperature": sampling.temperature, "top_p": sampling.top_p}
+    settings = response_settings(body, served, sampling, cap)
     seal = reasoning_sealer(context.sealer) if body.wants_encrypted_reasoning() else None
     builder = ResponseBuilder(settings, ids=context.ids, clock=context.clock, seal_reasoning=seal,
                               summarize_reasoning=body.wants_reasoning_summary())
@@ -120,7 +121,7 @@ def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: R
 def sampling_values(body: ResponsesRequest, defaults: dict[str, float]) -> dict[str, Any]:
     """The request's own sampling values, else the model's defaults (generation_config.json), as vLLM serves them."""
     values: dict[str, Any] = {key: defaults.get(key) for key in SAMPLING_DEFAULT_KEYS}
-    for key in ("temperature", "top_p"):
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
         if getattr(body, key) is not None:
             values[key] = getattr(body, key)
     return values

@@ -15,6 +15,7 @@ from server.runs.generation import ResponseRun
 from server.runs.timing import RunTiming
 from server.store.interface import ResponseStore, StoreRejected, StoreUnavailable, StoredResponse
 from streaming.event_types import TERMINAL_EVENTS
+from streaming.response import WireResponse
 from streaming.sse import event_json
 
 logger = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ class StoredRun:
         """Our terminal event replaced by the stored ending of a response another replica failed."""
         if record is None:  # deleted meanwhile: nobody can read another ending
             return event, data
-        self._taken_over = Response.model_validate(record.response)
+        self._taken_over = WireResponse.model_validate(record.response)
         stored = ResponseFailedEvent(type="response.failed", sequence_number=event.sequence_number,
                                      response=self._taken_over)
         data = event_json(stored)
