@@ -119,6 +119,7 @@ def test_reasoning_preamble_and_two_calls(harmony: Harness) -> None:
     output = events[-1]["response"]["output"]
     assert [item["type"] for item in output] == ["reasoning", "message", "function_call", "function_call"]
     assert output[1]["content"][0]["text"] == "Checking the weather for both cities."
+    assert output[1]["phase"] == "commentary"  # a preamble, as harmony's commentary channel says
     assert [json.loads(item["arguments"]) for item in output[2:]] == [{"city": "Paris"}, {"city": "Rome"}]
     assert all(item["name"] == "get_weather" for item in output[2:])
     assert sum(e["type"] == "response.function_call_arguments.delta" for e in events) > 4
@@ -130,7 +131,9 @@ def test_sdk_clients_over_harmony(harmony: Harness) -> None:
     assert events[-1].type == "response.completed"
     harmony.play(steps_from_tokens(REASONING_THEN_FINAL, cuts=[7]))
     with harmony.client.responses.stream(model=MODEL, input="x") as sdk_stream:
-        assert sdk_stream.get_final_response().output_text == "The capital of France is Paris."
+        final = sdk_stream.get_final_response()
+        assert final.output_text == "The capital of France is Paris."
+        assert final.output[-1].phase == "final_answer"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("where", ["analysis", "final"])

@@ -1,0 +1,122 @@
+"""The wire format as the Open Responses spec and the API have it: every field present with its default, integer
+timestamps, settings echoed as applied, `phase` on assistant messages, the server's default output cap."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from parsers.deltas import ItemEnded, OutputText, ToolCallArguments, ToolCallStarted
+from server.config import ServerConfig
+from server.http.app import create_app
+from server.serving import ServingContext
+from streaming.ids import counting_ids
+from streaming.outcome import Finished
+from streaming.response import DEFAULTS
+from tests.conftest import serve_in_thread
+from tests.helpers import build_events
+from tests.openresponses import check_response
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+from tests.sse import events_of, parse_frames
+from tests.validator import validate_events
+
+MODEL = "test-model"
+CAP = 7
+
+
+@pytest.fixture(scope="module")
+def served(tokenizer: Any) -> Iterator[tuple[ScriptedEngine, str]]:
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(tokenizer.encode("Paris.",
+                                                                                             add_special_tokens=False), cuts=[1])])
+    config = ServerConfig(served_model_name=MODEL, default_max_output_tokens=CAP)
+    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids())
+    with serve_in_thread(create_app(context)) as base_url:
+        yield engine, base_url
+
+
+def _post(base_url: str, **body: Any) -> dict[str, Any]:
+    response = httpx.post(f"{base_url}/responses", json={"model": MODEL, "input": "hi", **body}, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _stream(base_url: str, **body: Any) -> list[dict[str, Any]]:
+    with httpx.stream("POST", f"{base_url}/responses", json={"model": MODEL, "input": "hi", "stream": True, **body},
+                      timeout=30) as response:
+        return events_of(parse_frames(response.iter_lines()))
+
+
+def test_every_field_is_present_in_bodies_and_snapshots(served: tuple[ScriptedEngine, str]) -> None:
+    _, base_url = served
+    events = _stream(base_url)
+    validate_events(events)
+    snapshots = [event["response"] for event in events if "response" in event]
+    for response in [*snapshots, _post(base_url)]:
+        assert set(DEFAULTS) <= set(response), set(DEFAULTS) - set(response)
+        assert type(response["created_at"]) is int
+        check_response(response)
+    assert snapshots[0]["usage"] is None and snapshots[0]["completed_at"] is None
+    assert type(snapshots[-1]["completed_at"]) is int and snapshots[-1]["usage"] is not None
+    raw = [line for line in _raw_lines(base_url) if line.startswith("data: ")]
+    assert '"created_at":' in raw[0] and '.0,' not in raw[0].split('"created_at":')[1][:16]
+
+
+def _raw_lines(base_url: str) -> list[str]:
+    with httpx.stream("POST", f"{base_url}/responses", json={"model": MODEL, "input": "hi", "stream": True},
+                      timeout=30) as response:
+        return list(response.iter_lines())
+
+
+def test_settings_are_echoed_as_applied(served: tuple[ScriptedEngine, str]) -> None:
+    engine, base_url = served
+    tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    body = _post(base_url, tools=[tool], presence_penalty=0.5, frequency_penalty=-0.25,
+                 reasoning={"effort": "low"}, safety_identifier="user-1", text={"verbosity": "low"})
+    assert body["tools"] == [{**tool, "description": None, "strict": False}]
+    assert (body["presence_penalty"], body["frequency_penalty"]) == (0.5, -0.25)
+    assert (engine.requests[-1].sampling.presence_penalty, engine.requests[-1].sampling.frequency_penalty) == (0.5, -0.25)
+    assert body["reasoning"] == {"effort": "low", "summary": None}
+    assert body["text"] == {"format": {"type": "text"}, "verbosity": "low"}
+    assert body["safety_identifier"] == "user-1"
+    assert _post(base_url, tools=[{**tool, "strict": True}])["tools"][0]["strict"] is True
+
+
+def test_the_default_output_cap_applies_when_the_request_sets_none(served: tuple[ScriptedEngine, str]) -> None:
+    engine, base_url = served
+    assert _post(base_url)["max_output_tokens"] == CAP
+    assert engine.requests[-1].sampling.max_tokens == CAP
+    assert _post(base_url, max_output_tokens=3)["max_output_tokens"] == 3
+    assert engine.requests[-1].sampling.max_tokens == 3
+
+
+def test_out_of_range_penalties_are_a_400(served: tuple[ScriptedEngine, str]) -> None:
+    _, base_url = served
+    response = httpx.post(f"{base_url}/responses", json={"model": MODEL, "input": "hi", "presence_penalty": 3},
+                          timeout=30)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "presence_penalty"
+
+
+def _phases(events: list[dict[str, Any]]) -> list[str | None]:
+    final = events[-1]["response"]["output"]
+    return [item.get("phase") for item in final if item["type"] == "message"]
+
+
+def test_a_message_before_a_tool_call_is_commentary_and_the_last_one_the_answer() -> None:
+    preamble = [OutputText("Let me look."), ToolCallStarted("get_weather", call_id="c1"), ToolCallArguments("{}"),
+                ItemEnded(), OutputText("Sunny.")]
+    events = build_events(preamble, Finished("stop"))
+    validate_events(events)
+    assert _phases(events) == ["commentary", "final_answer"]
+    added = [e["item"] for e in events if e["type"] == "response.output_item.added" and e["item"]["type"] == "message"]
+    assert all("phase" not in item for item in added)  # known only when the message ends
+
+
+def test_a_parser_that_knows_the_phase_is_believed() -> None:
+    events = build_events([OutputText("Checking."), ItemEnded(phase="commentary")], Finished("stop"))
+    assert _phases(events) == ["commentary"]
+    events = build_events([OutputText("Done.")], Finished("length"))
+    assert _phases(events) == ["final_answer"]
+    assert json.loads(json.dumps(events))[-1]["response"]["output"][0]["status"] == "incomplete"
