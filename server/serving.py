@@ -52,6 +52,10 @@ class ServingContext:
         assert self.engine is not None and self.path is not None, "the engine starts with the app"
         return self.engine, self.path
 
+    def input_modalities(self) -> tuple[str, ...]:
+        """What the served model reads (text until the engine has started and said more)."""
+        return self.engine.input_modalities if self.engine is not None else ("text",)
+
     def start(self) -> None:
         self.engine = self.engine_factory()
         self.path = choose_path(self.engine, self.config)

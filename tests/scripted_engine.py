@@ -18,6 +18,7 @@ class ScriptedEngine:
     max_model_len: int = 8192
     model_type: str | None = None
     sampling_defaults: dict[str, float] = field(default_factory=dict)
+    input_modalities: tuple[str, ...] = ("text",)
     step_delay: float = 0.0
     requests: list[EngineRequest] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)

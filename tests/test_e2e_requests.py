@@ -76,6 +76,19 @@ def test_parse_returns_the_typed_object_every_time(server: RunningServer) -> Non
     assert results[0].text.format.type == "json_schema"  # the format is echoed back
 
 
+def test_a_json_answer_closes_within_a_small_budget(server: RunningServer) -> None:
+    """The grammar keeps the JSON within max_output_tokens bytes, so a strict answer never ends cut mid-string
+    (before the budget bounded it, one run in three wrote a 738-character `city` and was cut at 200 tokens)."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+              "additionalProperties": False}
+    results = _many(server, lambda client: client.responses.create(
+        model=MODEL, input="Name a city and describe it at length.", max_output_tokens=200, temperature=1.0,
+        text={"format": {"type": "json_schema", "name": "city", "schema": schema, "strict": True}}))
+    assert [r.status for r in results] == ["completed"] * RUNS, [r.output_text for r in results]
+    assert all(isinstance(json.loads(r.output_text)["city"], str) for r in results)
+    assert all(len(r.output_text.encode()) <= 200 for r in results)
+
+
 def test_parse_streams_with_the_sdk_helper(server: RunningServer) -> None:
     async def one(client: AsyncOpenAI) -> Any:
         async with client.responses.stream(model=MODEL, input="Describe the city of Rome.", text_format=City) as s:

@@ -48,7 +48,7 @@ def chat_structural_tag(rules: OutputRules, syntax: CallSyntax | None) -> str | 
     """
     if not rules.needs_grammar:
         return None
-    answer = grammar_format(rules.answer_schema) if rules.answer_schema is not None else None
+    answer = grammar_format(rules.answer_schema, rules.answer_budget) if rules.answer_schema is not None else None
     calls = rules.calls
     if calls is None:
         assert answer is not None, "a grammar without calls is the answer's"
@@ -65,9 +65,10 @@ def chat_structural_tag(rules: OutputRules, syntax: CallSyntax | None) -> str | 
                             "stop_after_first": limit == 1})
 
 
-def grammar_format(schema: dict[str, Any]) -> Format:
-    """A structural-tag element holding JSON valid against `schema`, with bounded numbers and no free whitespace."""
-    return {"type": "grammar", "grammar": json_grammar(schema)}
+def grammar_format(schema: dict[str, Any], budget: int | None = None) -> Format:
+    """A structural-tag element holding JSON valid against `schema`, with bounded numbers and no free whitespace
+    (and no longer than `budget` bytes, when the schema allows a bound)."""
+    return {"type": "grammar", "grammar": json_grammar(schema, budget)}
 
 
 def _call_tag(syntax: CallSyntax, name: str, schema: dict[str, Any]) -> Format:

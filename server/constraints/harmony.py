@@ -29,7 +29,7 @@ def harmony_structural_tag(rules: OutputRules, token_id: Callable[[str], int]) -
     ids = {name: token_id(name) for name in SPECIAL_TOKENS}
     text = _free_text()
     final = _sequence(_token(ids["<|channel|>"]), _text("final"), _token(ids["<|message|>"]),
-                      grammar_format(rules.answer_schema) if rules.answer_schema is not None else text)
+                      grammar_format(rules.answer_schema, rules.answer_budget) if rules.answer_schema is not None else text)
     endings = [] if rules.calls is not None and rules.calls.required else [final]
     if rules.calls is not None:
         endings += [_call(ids, name, schema) for name, schema in rules.calls.schemas.items()]

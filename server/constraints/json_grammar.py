@@ -6,6 +6,9 @@ fixed separators `", "` and `": "` (no free whitespace); at most 16 digits in a 
 fraction, and 3 in its exponent (a double carries 15 to 17 significant digits: more would be noise); and in a
 string whose schema sets no constraint of its own, at most STRING_SEGMENT characters between escapes and
 STRING_ESCAPES escapes (such as `\n`), so a code snippet of 256 lines fits but a loop must end.
+
+Given an output budget, the bounds are tightened until no JSON the grammar allows is longer than the budget in
+bytes (server/constraints/json_budget.py), so an answer always closes within `max_output_tokens`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import json
 import re
 from functools import lru_cache
 from typing import Any
+
+from server.constraints.json_budget import budget_bounds, with_open_arrays_bounded
 
 # xgrammar's converter writes unbounded repetitions for a number's digits; these bound them.
 _BOUNDED_DIGITS = (
@@ -28,24 +33,59 @@ STRING_ESCAPES = 256  # escapes (`\n`, `\"`, ...) in one string
 # It is replaced by plain-character segments between escapes, each a counted character class: a counted
 # alternation of characters and escapes would be as strict but costs xgrammar ~80 ms per token to mask.
 _BASIC_STRING = re.compile(r"^basic_string ::= .*$", re.MULTILINE)
-_BOUNDED_STRING = "\n".join((
-    f'basic_string ::= (("\\"" basic_string_segment basic_string_escaped{{0, {STRING_ESCAPES}}} "\\""))',
-    f'basic_string_segment ::= [^\\0-\\x1f\\"\\\\]{{0, {STRING_SEGMENT}}}',
-    'basic_string_escaped ::= (("\\\\" basic_escape basic_string_segment))',
-))
+_ESCAPE_BYTES = 6  # the longest escape, `\uXXXX`
+_CHAR_BYTES = 4  # the longest plain character, in UTF-8
+_ESCAPED_RUN = 64  # per escape allowed under a budget: the escape and the plain characters after it
+
+
+def _string_rules(first: int, escapes: int, segment: int) -> str:
+    """A string of at most `first` plain characters, then up to `escapes` escapes each followed by at most
+    `segment` plain characters (characters in a row are a counted class, cheap for xgrammar to mask)."""
+    if escapes == 0:
+        return f'basic_string ::= (("\\"" basic_string_first "\\""))\n' + _plain("basic_string_first", first)
+    return "\n".join((
+        f'basic_string ::= (("\\"" basic_string_first basic_string_escaped{{0, {escapes}}} "\\""))',
+        _plain("basic_string_first", first),
+        _plain("basic_string_segment", segment),
+        'basic_string_escaped ::= (("\\\\" basic_escape basic_string_segment))',
+    ))
+
+
+def _plain(name: str, most: int) -> str:
+    return f'{name} ::= [^\\0-\\x1f\\"\\\\]{{0, {most}}}'
+
+
+UNBUDGETED_STRING_BYTES = _CHAR_BYTES * STRING_SEGMENT + STRING_ESCAPES * (_ESCAPE_BYTES + _CHAR_BYTES * STRING_SEGMENT)
+
+
+def string_rules_within(content_bytes: int) -> str:
+    """The string rules whose longest string holds at most `content_bytes` UTF-8 bytes between its quotes: half
+    for the first run of plain characters, the rest for escapes, each with a run of characters after it."""
+    if content_bytes >= UNBUDGETED_STRING_BYTES:
+        return _string_rules(STRING_SEGMENT, STRING_ESCAPES, STRING_SEGMENT)
+    first_bytes = content_bytes if content_bytes < 2 * _ESCAPED_RUN else content_bytes // 2
+    first = min(STRING_SEGMENT, first_bytes // _CHAR_BYTES)
+    rest = content_bytes - first * _CHAR_BYTES
+    escapes = min(STRING_ESCAPES, rest // _ESCAPED_RUN)
+    segment = min(STRING_SEGMENT, (rest // escapes - _ESCAPE_BYTES) // _CHAR_BYTES) if escapes else 0
+    return _string_rules(first, escapes, segment)
 
 
 class SchemaError(ValueError):
     """The JSON schema cannot be turned into a grammar."""
 
 
-def json_grammar(schema: dict[str, Any]) -> str:
-    """An EBNF grammar (xgrammar's dialect) for JSON text valid against `schema`; raises SchemaError."""
-    return _grammar(json.dumps(schema))  # key order kept: properties come in the order the schema declares
+def json_grammar(schema: dict[str, Any], budget: int | None = None) -> str:
+    """An EBNF grammar (xgrammar's dialect) for JSON text valid against `schema`, at most `budget` bytes long when
+    a budget is given and the schema can be bounded (see json_budget); raises SchemaError."""
+    bounds = budget_bounds(schema, budget) if budget is not None else None
+    if bounds is None:
+        return _grammar(json.dumps(schema), UNBUDGETED_STRING_BYTES)  # key order kept, as the schema declares
+    return _grammar(json.dumps(with_open_arrays_bounded(schema, bounds.max_items)), bounds.string_bytes)
 
 
 @lru_cache(maxsize=512)
-def _grammar(schema_json: str) -> str:
+def _grammar(schema_json: str, string_bytes: int) -> str:
     import xgrammar
 
     try:
@@ -55,4 +95,4 @@ def _grammar(schema_json: str) -> str:
         raise SchemaError(lines[-1] if lines else type(exc).__name__) from exc
     for unbounded, bounded in _BOUNDED_DIGITS:
         grammar = grammar.replace(unbounded, bounded)
-    return _BASIC_STRING.sub(lambda _: _BOUNDED_STRING, grammar, count=1)
+    return _BASIC_STRING.sub(lambda _: string_rules_within(string_bytes), grammar, count=1)

@@ -35,6 +35,7 @@ class OutputRules:
     answer_schema: dict[str, Any] | None = None
     calls: CallRules | None = None
     max_calls: int | None = None  # the call limit, enforced by stopping generation where no grammar does
+    answer_budget: int | None = None  # the output budget (tokens, so at least as many bytes) the answer must fit
 
     @property
     def needs_grammar(self) -> bool:
@@ -45,13 +46,14 @@ class OutputRules:
 
 
 def output_rules(request: ResponsesRequest, table: ToolTable | None,
-                 definitions: dict[str, dict[str, Any]]) -> OutputRules:
-    """The rules for one request; `definitions` maps each callable tool's model name to its request entry."""
+                 definitions: dict[str, dict[str, Any]], budget: int | None = None) -> OutputRules:
+    """The rules for one request; `definitions` maps each callable tool's model name to its request entry, and
+    `budget` is the output budget a JSON answer must fit in."""
     max_calls = 1 if not request.parallel_tool_calls else None
     if request.max_tool_calls is not None:
         max_calls = min(max_calls or request.max_tool_calls, request.max_tool_calls)
     return OutputRules(answer_schema=_answer_schema(request.text), calls=_call_rules(request, table, definitions),
-                       max_calls=max_calls)
+                       max_calls=max_calls, answer_budget=budget)
 
 
 def _answer_schema(text: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -64,6 +64,7 @@ class Engine(Protocol):
     max_model_len: int
     model_type: str | None  # the model config's `model_type` (e.g. "gpt_oss", which chooses the harmony path)
     sampling_defaults: dict[str, float]  # the model's own defaults (generation_config.json), by SAMPLING_DEFAULT_KEYS
+    input_modalities: tuple[str, ...]  # what the model reads: "text", and "image" or "audio" for one that sees or hears
 
     def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]: ...
 

@@ -63,6 +63,10 @@ class RecordingEngine:
     def sampling_defaults(self) -> dict[str, float]:
         return self.inner.sampling_defaults
 
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        return self.inner.input_modalities
+
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         steps: list[list[int]] = []
         finish = "abort"
@@ -90,6 +94,7 @@ class ReplayEngine:
         self.max_model_len = max_model_len
         self.sampling_defaults = sampling_defaults or {}
         self.model_type: str | None = None  # replays choose their path by --harmony
+        self.input_modalities: tuple[str, ...] = ("text",)
         self._next = itertools.cycle(recordings)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:

@@ -74,6 +74,7 @@ class VllmEngine:
         self.model_type: str | None = getattr(llm.model_config.hf_config, "model_type", None)
         # What `vllm serve --generation-config auto` applies to requests that leave these out.
         self.sampling_defaults = _sampling_defaults(llm.model_config.get_diff_sampling_param())
+        self.input_modalities = input_modalities(llm.model_config)
 
     @classmethod
     def start(cls, args: Any) -> "VllmEngine":
@@ -109,6 +110,16 @@ def model_sampling_defaults(model: str) -> dict[str, float]:
 
     config = try_get_generation_config(model, trust_remote_code=False)
     return _sampling_defaults(config.to_diff_dict() if config is not None else {})
+
+
+def input_modalities(model_config: Any) -> tuple[str, ...]:
+    """What the model reads, from vLLM's model config and the multimodal registry's processor for its class."""
+    if not model_config.is_multimodal_model:
+        return ("text",)
+    from vllm.multimodal import MULTIMODAL_REGISTRY
+
+    limits = MULTIMODAL_REGISTRY.get_processing_info(model_config).supported_mm_limits
+    return ("text", *sorted(modality for modality in limits if modality in ("image", "audio")))
 
 
 def _sampling_defaults(values: dict[str, Any]) -> dict[str, float]:

@@ -32,8 +32,8 @@ async def health() -> dict[str, str]:
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, Any]:
     context = serving_context(request)
-    model = {"id": context.config.served_model_name, "object": "model",
-             "created": context.started_at, "owned_by": "responses-server"}
+    model = {"id": context.config.served_model_name, "object": "model", "created": context.started_at,
+             "owned_by": "responses-server", "input_modalities": list(context.input_modalities())}
     return {"object": "list", "data": [model]}
 
 

@@ -91,13 +91,14 @@ def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: R
                            param="input")
     engine, path = context.started()
     rendered = render_to_fit(path.render, conversation, engine.max_model_len)
-    rules = output_rules(conversation, rendered.tools, tool_definitions(conversation))
     prompt = rendered.token_ids
     room = engine.max_model_len - len(prompt)
-    logprobs = (body.top_logprobs or 0) if body.wants_logprobs() else None
     cap = body.max_output_tokens or context.config.default_max_output_tokens
+    max_tokens = min(cap or room, room)
+    rules = output_rules(conversation, rendered.tools, tool_definitions(conversation), budget=max_tokens)
+    logprobs = (body.top_logprobs or 0) if body.wants_logprobs() else None
     sampling = SamplingSettings(
-        max_tokens=min(cap or room, room),
+        max_tokens=max_tokens,
         stop_token_ids=rendered.stop_token_ids,
         logprobs=logprobs,
         structural_tag=path.structural_tag(rules),
