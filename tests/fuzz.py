@@ -8,9 +8,12 @@ every 200 stream whole (one terminal event), and the server still answers a norm
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import struct
 import sys
 import tempfile
+import zlib
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -139,16 +142,39 @@ _FIELDS = ["model", "input", "instructions", "tools", "tool_choice", "text", "re
            "truncation", "metadata", "store", "background", "max_tool_calls", "parallel_tool_calls"]
 
 
+def _png(width: int, height: int) -> str:
+    """A PNG's signature and header claiming these dimensions (no image data follows)."""
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = struct.pack(">I", len(header)) + b"IHDR" + header + struct.pack(">I", zlib.crc32(b"IHDR" + header))
+    return base64.b64encode(b"\x89PNG\r\n\x1a\n" + chunk).decode()
+
+
+# Image and file parts as clients send them, and bent: bad base64, huge dimensions, wrong types, URLs, ids.
+_MEDIA_URL = st.one_of(
+    st.just("data:image/png;base64," + _png(1, 1)), st.just("data:image/png;base64," + _png(2**31 - 1, 2**31 - 1)),
+    st.just("data:image/png;base64,@@not-base64@@"), st.just("data:text/plain;base64,aGVsbG8="),
+    st.just("data:image/jpeg;base64,"), st.just("https://example.invalid/cat.png"), st.just("file:///etc/passwd"),
+    st.text(max_size=20), st.integers())
+_MEDIA_PART = st.one_of(
+    st.fixed_dictionaries({"type": st.just("input_image"), "image_url": _MEDIA_URL,
+                           "detail": st.sampled_from(["auto", "low", "high", "huge", 3])}),
+    st.fixed_dictionaries({"type": st.just("input_image"), "file_id": st.text(max_size=8)}),
+    st.fixed_dictionaries({"type": st.just("input_file"), "filename": st.text(max_size=8), "file_data": _MEDIA_URL}),
+    st.fixed_dictionaries({"type": st.just("input_audio"), "input_audio": st.fixed_dictionaries(
+        {"data": st.text(max_size=8), "format": st.sampled_from(["wav", "mp3", "x"])})}))
+
+
 @st.composite
 def _items(draw: Any) -> list[Any]:
     """Input items of every kind, their fields replaced by values of any type."""
     items = []
     for kind in draw(st.lists(st.sampled_from(_ITEM_KINDS), max_size=4)):
         item = {"type": kind, "role": draw(st.sampled_from(["user", "assistant", "system", "developer", "tool"])),
-                "content": draw(st.one_of(st.text(max_size=10), st.lists(st.fixed_dictionaries(
+                "content": draw(st.one_of(st.text(max_size=10), st.lists(st.one_of(st.fixed_dictionaries(
                     {"type": st.sampled_from(["input_text", "output_text", "input_image", "refusal", "x"]),
-                     "text": _json}), max_size=2))),
-                "call_id": "c", "name": "f", "arguments": "{}", "output": "ok", "encrypted_content": "rsv1.AAAA"}
+                     "text": _json}), _MEDIA_PART), max_size=2))),
+                "call_id": "c", "name": "f", "arguments": "{}", "encrypted_content": "rsv1.AAAA",
+                "output": draw(st.one_of(st.just("ok"), st.lists(_MEDIA_PART, max_size=2)))}
         for key in draw(st.lists(st.sampled_from(list(item)), max_size=3)):
             item[key] = draw(_json)
         items.append({k: v for k, v in item.items() if v is not None})
