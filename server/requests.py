@@ -22,8 +22,9 @@ from parsers.tools import model_name
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 KNOWN_INCLUDES = frozenset(get_args(ResponseIncludable))
-# Content the served models cannot read: rejected when the request is read, on every path.
-_UNREADABLE_CONTENT = ("input_image", "input_file", "input_audio")
+# Content this server does not read yet: rejected when the request is read, on every path. Images are read by a
+# model that sees (and rejected when the run is prepared for one that does not).
+_UNREADABLE_CONTENT = ("input_file", "input_audio")
 # Fields the server cannot honour: a request that sets them is a 400 saying why, never silently served.
 _UNSUPPORTED_FIELDS = {
     "prompt": "stored prompt templates are not supported by this server; send `instructions` and `input` instead",
@@ -53,16 +54,20 @@ class ContentPart(_Lenient):
                   "input_image", "input_file", "input_audio"]
     text: str | None = None
     refusal: str | None = None
+    image_url: Any = None  # an input_image's, checked when the image is decoded
 
     @field_validator("type")
     @classmethod
     def _readable(cls, kind: str) -> str:
         if kind in _UNREADABLE_CONTENT:
-            raise ValueError(f"content of type '{kind}' is not supported: the served model reads text only")
+            raise ValueError(f"content of type '{kind}' is not supported by this server")
         return kind
 
     def as_text(self) -> str:
         return self.text if self.text is not None else (self.refusal or "")
+
+    def is_image(self) -> bool:
+        return self.type == "input_image"
 
 
 class MessageItem(_Lenient):
@@ -78,6 +83,9 @@ class MessageItem(_Lenient):
         if isinstance(self.content, str):
             return self.content
         return "".join(part.as_text() for part in self.content)
+
+    def parts(self) -> list[ContentPart]:
+        return [ContentPart(type="input_text", text=self.content)] if isinstance(self.content, str) else self.content
 
 
 class FunctionCallItem(_Lenient):
@@ -97,7 +105,7 @@ class FunctionCallItem(_Lenient):
         return model_name(self.name, self.namespace)
 
 
-class _ToolOutput(_Lenient):
+class ToolOutput(_Lenient):
     """The client's result for an earlier tool call, text or content parts."""
 
     call_id: str
@@ -108,8 +116,11 @@ class _ToolOutput(_Lenient):
     def text(self) -> str:
         return self.output if isinstance(self.output, str) else "".join(p.as_text() for p in self.output)
 
+    def parts(self) -> list[ContentPart]:
+        return [ContentPart(type="input_text", text=self.output)] if isinstance(self.output, str) else self.output
 
-class FunctionCallOutputItem(_ToolOutput):
+
+class FunctionCallOutputItem(ToolOutput):
     """The client's result for a function call."""
 
     type: Literal["function_call_output"]
@@ -129,7 +140,7 @@ class CustomToolCallItem(_Lenient):
         return self.name
 
 
-class CustomToolCallOutputItem(_ToolOutput):
+class CustomToolCallOutputItem(ToolOutput):
     """The client's result for a custom tool call."""
 
     type: Literal["custom_tool_call_output"]

@@ -19,6 +19,7 @@ class ScriptedEngine:
     model_type: str | None = None
     sampling_defaults: dict[str, float] = field(default_factory=dict)
     input_modalities: tuple[str, ...] = ("text",)
+    image_placeholder: str | None = None
     step_delay: float = 0.0
     requests: list[EngineRequest] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)

@@ -255,6 +255,7 @@ def test_path_is_chosen_once_per_model() -> None:
     class Engine:
         tokenizer = None
         model_type = "gpt_oss"
+        image_placeholder = None
 
     assert isinstance(choose_path(Engine(), ServerConfig(MODEL)), HarmonyPath)
     Engine.model_type = "llama"
@@ -339,7 +340,8 @@ def test_image_input_is_a_400_on_the_harmony_path(harmony: Harness) -> None:
         {"role": "user", "content": [{"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}]},
         timeout=30)
     assert response.status_code == 400
-    assert response.json()["error"]["param"] == "input[0].content[0].type"
+    assert response.json()["error"]["param"] == "input[0].content[0]"
+    assert "reads text only" in response.json()["error"]["message"]
 
 
 ENCRYPTED = "reasoning.encrypted_content"

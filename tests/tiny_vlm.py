@@ -29,3 +29,27 @@ def build_tiny_vlm_config(text_model: Path, out: Path) -> Path:
                                        max_image_size={"longest_edge": VISION["image_size"]})
     Idefics3Processor(image_processor=images, tokenizer=tokenizer, image_seq_len=IMAGE_SEQ_LEN).save_pretrained(out)
     return out
+
+
+def build_tiny_vlm(text_model: Path, out: Path) -> Path:
+    """The tiny VLM with weights: the bundled model's own as its text model (the image tokens' embeddings are
+    the mean of the others), a randomly initialized vision encoder and connector (seeded: the same every time)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration
+
+    build_tiny_vlm_config(text_model, out)
+    torch.manual_seed(0)
+    model = Idefics3ForConditionalGeneration(Idefics3Config.from_pretrained(out))
+    text = {f"model.text_model.{key.removeprefix('model.')}": value
+            for key, value in load_file(text_model / "model.safetensors").items() if key.startswith("model.")}
+    embeddings = text["model.text_model.embed_tokens.weight"]
+    grown = model.state_dict()["model.text_model.embed_tokens.weight"].clone()
+    grown[: len(embeddings)] = embeddings
+    grown[len(embeddings):] = embeddings.mean(dim=0)
+    text["model.text_model.embed_tokens.weight"] = grown
+    missing, unexpected = model.load_state_dict(text, strict=False)
+    assert not unexpected and all("vision" in key or "connector" in key or key == "lm_head.weight" for key in missing)
+    model.tie_weights()
+    model.save_pretrained(out)
+    return out

@@ -36,6 +36,7 @@ class EngineRequest:
     request_id: str
     prompt_token_ids: list[int]
     sampling: SamplingSettings
+    images: tuple[Any, ...] = ()  # PIL images, one for each image placeholder in the prompt, in order
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class EngineStep:
     finish_reason: EngineFinish | None = None
     cached_tokens: int = 0
     logprobs: list[StepLogprob] = field(default_factory=list)
+    prompt_tokens: int | None = None  # the prompt's length as the engine ran it (images expanded), first step
 
 
 class Engine(Protocol):
@@ -65,6 +67,7 @@ class Engine(Protocol):
     model_type: str | None  # the model config's `model_type` (e.g. "gpt_oss", which chooses the harmony path)
     sampling_defaults: dict[str, float]  # the model's own defaults (generation_config.json), by SAMPLING_DEFAULT_KEYS
     input_modalities: tuple[str, ...]  # what the model reads: "text", and "image" or "audio" for one that sees or hears
+    image_placeholder: str | None  # the text that stands for one image in a prompt (vLLM expands it), if it sees
 
     def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]: ...
 

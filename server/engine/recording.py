@@ -19,16 +19,17 @@ class Recording:
     prompt_token_ids: list[int]
     steps: list[list[int]]
     finish_reason: str
+    images: list[list[int]] = field(default_factory=list)  # the size (width, height) of each image sent along
 
     def to_json(self) -> str:
         return json.dumps({"prompt_token_ids": self.prompt_token_ids, "steps": self.steps,
-                           "finish_reason": self.finish_reason})
+                           "finish_reason": self.finish_reason, "images": self.images})
 
     @classmethod
     def from_json(cls, line: str) -> "Recording":
         data = json.loads(line)
         return cls(list(data.get("prompt_token_ids", [])), [list(s) for s in data["steps"]],
-                   data.get("finish_reason", "stop"))
+                   data.get("finish_reason", "stop"), [list(size) for size in data.get("images", [])])
 
 
 def read_recordings(path: str | Path) -> list[Recording]:
@@ -67,6 +68,10 @@ class RecordingEngine:
     def input_modalities(self) -> tuple[str, ...]:
         return self.inner.input_modalities
 
+    @property
+    def image_placeholder(self) -> str | None:
+        return self.inner.image_placeholder
+
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         steps: list[list[int]] = []
         finish = "abort"
@@ -76,7 +81,8 @@ class RecordingEngine:
                 finish = step.finish_reason or finish
                 yield step
         finally:
-            line = Recording(list(request.prompt_token_ids), steps, finish).to_json()
+            images = [list(image.size) for image in request.images]
+            line = Recording(list(request.prompt_token_ids), steps, finish, images).to_json()
             async with self._lock:
                 with self.path.open("a") as out:
                     out.write(line + "\n")
@@ -95,6 +101,7 @@ class ReplayEngine:
         self.sampling_defaults = sampling_defaults or {}
         self.model_type: str | None = None  # replays choose their path by --harmony
         self.input_modalities: tuple[str, ...] = ("text",)
+        self.image_placeholder: str | None = None
         self._next = itertools.cycle(recordings)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:

@@ -75,6 +75,7 @@ class VllmEngine:
         # What `vllm serve --generation-config auto` applies to requests that leave these out.
         self.sampling_defaults = _sampling_defaults(llm.model_config.get_diff_sampling_param())
         self.input_modalities = input_modalities(llm.model_config)
+        self.image_placeholder = image_placeholder(llm.model_config) if "image" in self.input_modalities else None
 
     @classmethod
     def start(cls, args: Any) -> "VllmEngine":
@@ -88,6 +89,8 @@ class VllmEngine:
 
         params = _sampling_params(request)
         prompt = TokensPrompt(prompt_token_ids=request.prompt_token_ids)
+        if request.images:  # vLLM's processor for the model expands each placeholder into the image's tokens
+            prompt["multi_modal_data"] = {"image": list(request.images)}
         first = True
         async for output in self._llm.generate(prompt, params, request.request_id):
             completion = output.outputs[0]
@@ -97,6 +100,7 @@ class VllmEngine:
                 finish_reason=_FINISH_REASONS.get(finish, "error") if finish else None,
                 cached_tokens=(output.num_cached_tokens or 0) if first else 0,
                 logprobs=_step_logprobs(completion.token_ids, completion.logprobs, request.sampling.logprobs or 0),
+                prompt_tokens=len(output.prompt_token_ids) if first and output.prompt_token_ids else None,
             )
             first = False
 
@@ -120,6 +124,14 @@ def input_modalities(model_config: Any) -> tuple[str, ...]:
 
     limits = MULTIMODAL_REGISTRY.get_processing_info(model_config).supported_mm_limits
     return ("text", *sorted(modality for modality in limits if modality in ("image", "audio")))
+
+
+def image_placeholder(model_config: Any) -> str | None:
+    """The model's own text for one image in a prompt, as vLLM's chat rendering asks the model class for it."""
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    model_class, _ = ModelRegistry.resolve_model_cls(model_config.architectures, model_config)
+    return model_class.get_placeholder_str("image", 1)
 
 
 def _sampling_defaults(values: dict[str, Any]) -> dict[str, float]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from parsers.base import OutputParser
 from parsers.decoder import IncrementalDecoder
@@ -20,6 +20,7 @@ class RenderedPrompt:
     text: str
     tools: ToolTable | None
     stop_token_ids: tuple[int, ...] = ()
+    image_urls: tuple[Any, ...] = ()  # the images behind the prompt's image placeholders, in order
 
 
 class ModelPath(Protocol):

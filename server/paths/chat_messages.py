@@ -4,7 +4,8 @@ text form for templates with no tool section)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 from server.errors import RequestError
 from server.requests import (
@@ -13,6 +14,7 @@ from server.requests import (
     FunctionCallItem,
     FunctionCallOutputItem,
     MessageItem,
+    ContentPart,
     ReasoningItem,
     ResponsesRequest,
 )
@@ -20,8 +22,28 @@ from server.requests import (
 ChatMessage = dict[str, Any]
 
 
-def chat_messages(request: ResponsesRequest) -> list[ChatMessage]:
-    """The conversation in the chat-completions shape that Hugging Face chat templates expect."""
+@dataclass
+class PromptImages:
+    """The conversation's images in the order the prompt shows them, each written as the model's placeholder
+    (which vLLM's processor for the model expands into the image's tokens)."""
+
+    placeholder: str
+    urls: list[Any] = field(default_factory=list)
+
+    def text(self, parts: Sequence[ContentPart]) -> str:
+        pieces = []
+        for part in parts:
+            if part.is_image():
+                self.urls.append(part.image_url)
+                pieces.append(self.placeholder)
+            else:
+                pieces.append(part.as_text())
+        return "".join(pieces)
+
+
+def chat_messages(request: ResponsesRequest, images: PromptImages | None = None) -> list[ChatMessage]:
+    """The conversation in the chat-completions shape that Hugging Face chat templates expect; with `images`,
+    image parts become placeholders in the text (else they are left out: a text model never gets them)."""
     messages: list[ChatMessage] = []
     if request.instructions:
         messages.append({"role": "system", "content": request.instructions})
@@ -31,7 +53,7 @@ def chat_messages(request: ResponsesRequest) -> list[ChatMessage]:
             reasoning.append(item.text())
             continue
         try:
-            _append_item(messages, item)
+            _append_item(messages, item, images)
         except ValueError as exc:
             raise RequestError(str(exc), param=f"input[{index}]") from exc
         if reasoning:  # it goes with the assistant message it led to; templates that do not use it ignore it
@@ -41,14 +63,15 @@ def chat_messages(request: ResponsesRequest) -> list[ChatMessage]:
     return messages
 
 
-def _append_item(messages: list[ChatMessage], item: Any) -> None:
+def _append_item(messages: list[ChatMessage], item: Any, images: PromptImages | None) -> None:
     if isinstance(item, MessageItem):
         role = "system" if item.role == "developer" else item.role
-        messages.append({"role": role, "content": item.text()})
+        messages.append({"role": role, "content": images.text(item.parts()) if images else item.text()})
     elif isinstance(item, (FunctionCallItem, CustomToolCallItem)):
         _assistant_for_tool_calls(messages)["tool_calls"].append(_tool_call(item))
     elif isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
-        messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
+        content = images.text(item.parts()) if images else item.text()
+        messages.append({"role": "tool", "tool_call_id": item.call_id, "content": content})
     else:  # pragma: no cover - the request model admits no other kinds
         raise ValueError(f"unsupported input item {type(item).__name__}")
 

@@ -19,7 +19,7 @@ from server.constraints.chat import CALL_SYNTAX, chat_structural_tag
 from server.constraints.rules import OutputRules
 from server.errors import RequestError
 from server.paths.base import RenderedPrompt
-from server.paths.chat_messages import chat_messages, hermes_messages
+from server.paths.chat_messages import PromptImages, chat_messages, hermes_messages
 from server.paths.tools import function_tools, tool_table
 from server.requests import ResponsesRequest
 
@@ -27,10 +27,10 @@ from server.requests import ResponsesRequest
 class ChatTemplatePath:
     """The tokenizer's chat template in, reasoning/tool-call parsers over decoded text out."""
 
-    def __init__(self, tokenizer: Any, config: ServerConfig) -> None:
+    def __init__(self, tokenizer: Any, config: ServerConfig, image_placeholder: str | None = None) -> None:
         self._tokenizer = tokenizer
         self._config = config
-        self._renderer = ChatTemplateRenderer(tokenizer)
+        self._renderer = ChatTemplateRenderer(tokenizer, image_placeholder)
         self._tool_parsers = tool_parser_factory(config.tool_call_parser, tokenizer)
 
     def render(self, request: ResponsesRequest) -> RenderedPrompt:
@@ -78,13 +78,15 @@ def check_tool_call_parser(name: str | None) -> None:
 class ChatTemplateRenderer:
     """Renders requests with the tokenizer's own chat template."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, image_placeholder: str | None = None) -> None:
         self._tokenizer = tokenizer
+        self._image_placeholder = image_placeholder  # the model sees: image parts become this text
         template = getattr(tokenizer, "chat_template", None) or ""
         self.template_has_tools = isinstance(template, str) and "tools" in template
 
     def render(self, request: ResponsesRequest) -> RenderedPrompt:
-        messages = chat_messages(request)
+        images = PromptImages(self._image_placeholder) if self._image_placeholder else None
+        messages = chat_messages(request, images)
         if not messages:
             raise RequestError("input must contain at least one message", param="input")
         table = tool_table(request)
@@ -107,7 +109,8 @@ class ChatTemplateRenderer:
         except Exception as exc:  # jinja2 raises TemplateError and friends for conversations it rejects
             raise RequestError(_template_refusal(exc), param="input") from exc
         token_ids = list(self._tokenizer.encode(text, add_special_tokens=False))
-        return RenderedPrompt(token_ids=token_ids, text=text, tools=table)
+        return RenderedPrompt(token_ids=token_ids, text=text, tools=table,
+                              image_urls=tuple(images.urls) if images else ())
 
 
 def _template_refusal(exc: Exception) -> str:

@@ -15,4 +15,4 @@ def choose_path(engine: Engine, config: ServerConfig) -> ModelPath:
         return HarmonyPath(config)
     from server.paths.chat_template import ChatTemplatePath
 
-    return ChatTemplatePath(engine.tokenizer, config)
+    return ChatTemplatePath(engine.tokenizer, config, engine.image_placeholder)

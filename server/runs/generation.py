@@ -60,6 +60,7 @@ class ResponseRun:
 
     output_tokens: int = 0
     cached_tokens: int = 0
+    prompt_tokens: int | None = None  # the prompt as the engine ran it (images expanded), once it says
     _calls: CallCounter = field(default_factory=CallCounter)
     _stop_reason: str | None = None  # set by stop(): the run ends as response.failed
     _waiting: asyncio.Task[Any] | None = None  # the task iterating this run, while it waits for the engine
@@ -132,6 +133,7 @@ class ResponseRun:
                 while (step := await self._next_step(steps)) is not None:
                     self.output_tokens += len(step.token_ids)
                     self.cached_tokens = max(self.cached_tokens, step.cached_tokens)
+                    self.prompt_tokens = step.prompt_tokens or self.prompt_tokens
                     deltas = self._calls.cap(self._parse(step), self.max_tool_calls)
                     for event in self.builder.feed(deltas):
                         yield event
@@ -165,7 +167,7 @@ class ResponseRun:
 
     def _finish(self, finished: Finished) -> list[ResponseStreamEvent]:
         usage = Usage(
-            input_tokens=len(self.request.prompt_token_ids),
+            input_tokens=self.prompt_tokens or len(self.request.prompt_token_ids),
             cached_tokens=self.cached_tokens,
             output_tokens=self.output_tokens,
             reasoning_tokens=self.parser.reasoning_tokens,

@@ -11,6 +11,7 @@ from server.constraints.rules import output_rules
 from server.conversation import stored_input_items, with_history
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
 from server.errors import GenerationFailed, NotFound, RequestError
+from server.media import load_image, request_images
 from server.paths.tools import tool_definitions
 from server.requests import ResponsesRequest
 from server.runs.echoed_settings import response_settings
@@ -90,7 +91,10 @@ def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: R
         raise RequestError("input must not be empty (unless previous_response_id continues a conversation).",
                            param="input")
     engine, path = context.started()
+    decoded = request_images(body, engine.input_modalities)  # before rendering: a bad image is a 400 naming it
     rendered = render_to_fit(path.render, conversation, engine.max_model_len)
+    images = tuple(decoded[url] if url in decoded else load_image(url, "previous_response_id")
+                   for url in rendered.image_urls)  # those of the history were checked when first sent
     prompt = rendered.token_ids
     room = engine.max_model_len - len(prompt)
     cap = body.max_output_tokens or context.config.default_max_output_tokens
@@ -110,7 +114,7 @@ def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: R
                               summarize_reasoning=body.wants_reasoning_summary())
     return ResponseRun(
         engine=engine,
-        request=EngineRequest(builder.response_id, prompt, sampling),
+        request=EngineRequest(builder.response_id, prompt, sampling, images),
         parser=path.new_parser(rendered),
         decoder=path.new_decoder(),
         builder=builder,

@@ -1,0 +1,83 @@
+"""Images sent in input parts: a data URL decoded and checked (type, bytes, pixels); fetching URLs is off."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+from typing import Any, Iterator
+
+from server.errors import RequestError
+from server.requests import MessageItem, ResponsesRequest, ToolOutput
+
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
+MAX_IMAGE_PIXELS = 40_000_000  # width x height, checked from the header before any pixel is decoded
+IMAGE_TYPES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/jpg": "JPEG", "image/webp": "WEBP",
+               "image/gif": "GIF"}
+
+
+def load_image(url: Any, param: str) -> Any:
+    """The image of a data URL as an RGB PIL image (a GIF's first frame); a RequestError naming `param` else."""
+    if not isinstance(url, str) or not url:
+        raise RequestError("An input_image needs an image_url: a data URL (data:image/png;base64,...).", param=param)
+    if not url.startswith("data:"):
+        raise RequestError("This server does not fetch image URLs: send the image inline as a data URL "
+                           "(data:image/png;base64,...).", param=param)
+    header, _, payload = url[len("data:"):].partition(",")
+    mime, *options = header.split(";")
+    if mime.lower() not in IMAGE_TYPES:
+        raise RequestError(f"Unsupported image type {mime!r}: send PNG, JPEG, WebP or GIF.", param=param)
+    if "base64" not in options:
+        raise RequestError("An image data URL must be base64-encoded (data:image/png;base64,...).", param=param)
+    if len(payload) > (MAX_IMAGE_BYTES + 2) // 3 * 4:
+        raise RequestError(f"The image is larger than {MAX_IMAGE_BYTES // (1024 * 1024)} MiB.", param=param)
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise RequestError("The image is not valid base64.", param=param) from None
+    return _decoded(data, IMAGE_TYPES[mime.lower()], param)
+
+
+def _decoded(data: bytes, expected: str, param: str) -> Any:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:  # reads the header only
+            if image.format != expected:
+                raise RequestError(f"The image is {image.format or 'not an image'}, not the {expected} its data "
+                                   "URL says.", param=param)
+            width, height = image.size
+            if width * height > MAX_IMAGE_PIXELS:
+                raise RequestError(f"The image is {width}x{height} pixels; at most {MAX_IMAGE_PIXELS:,} pixels are "
+                                   "accepted.", param=param)
+            image.seek(0)  # a GIF's first frame
+            return image.convert("RGB")
+    except RequestError:
+        raise
+    except Image.DecompressionBombError:  # PIL's own limit, past twice its default, refuses at the header
+        raise RequestError(f"The image has more than {MAX_IMAGE_PIXELS:,} pixels.", param=param) from None
+    except Exception:  # PIL raises OSError, ValueError, SyntaxError, EOFError, DecompressionBombError, ...
+        raise RequestError("The image could not be decoded.", param=param) from None
+
+
+def image_parts(request: ResponsesRequest) -> Iterator[tuple[str, Any]]:
+    """(param, image_url) for each image in the request's input: in messages and in tool outputs."""
+    for index, item in enumerate(request.input_items()):
+        if isinstance(item, (MessageItem, ToolOutput)):
+            where = "content" if isinstance(item, MessageItem) else "output"
+            for position, part in enumerate(item.parts()):
+                if part.is_image():
+                    yield f"input[{index}].{where}[{position}]", part.image_url
+
+
+def request_images(request: ResponsesRequest, modalities: tuple[str, ...]) -> dict[str, Any]:
+    """The request's images decoded, by their URL; a RequestError naming the part when the served model does
+    not see or an image is bad."""
+    images: dict[str, Any] = {}
+    for param, url in image_parts(request):
+        if "image" not in modalities:
+            raise RequestError("The served model reads text only: it cannot take images "
+                               f"(its input modalities: {', '.join(modalities)}).", param=param)
+        if not isinstance(url, str) or url not in images:
+            images[url] = load_image(url, param)
+    return images

@@ -1,0 +1,137 @@
+"""Images for a model that sees: data URLs decoded and checked, placed in the prompt as the model's placeholder,
+sent to the engine as its multimodal data, and counted in usage as the engine ran them; a clear 400 otherwise."""
+
+from __future__ import annotations
+
+import base64
+import io
+import struct
+import zlib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+from PIL import Image
+
+from server.config import ServerConfig
+from server.store.factory import open_store
+from server.store.interface import RetentionPolicy
+from server.http.app import create_app
+from server.serving import ServingContext
+from streaming.ids import counting_ids
+from tests.conftest import serve_in_thread
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+from tests.sse import events_of, parse_frames
+from tests.validator import validate_events
+
+MODEL = "vision-model"
+PLACEHOLDER = "<image>"
+EXPANDED = 64  # prompt tokens the scripted engine says each image took
+
+
+def image_url(width: int = 8, height: int = 6, kind: str = "PNG", mime: str = "image/png") -> str:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(buffer, format=kind)
+    return f"data:{mime};base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def png_header(width: int, height: int) -> str:
+    """A PNG claiming these dimensions, with no pixel data: only decoding it would find out."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", b"") + chunk(b"IEND", b"")
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+class Vision:
+    def __init__(self, engine: ScriptedEngine, base_url: str, tokenizer: Any) -> None:
+        self.engine, self.base_url, self.tokenizer = engine, base_url, tokenizer
+
+    def post(self, **body: Any) -> httpx.Response:
+        return httpx.post(f"{self.base_url}/responses", json={"model": MODEL, **body}, timeout=30)
+
+    def prompt(self) -> str:
+        return self.tokenizer.decode(self.engine.requests[-1].prompt_token_ids)
+
+
+@pytest.fixture(scope="module")
+def vision(tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vision]:
+    answer = steps_from_tokens(tokenizer.encode("A red square.", add_special_tokens=False), cuts=[1])
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[answer], input_modalities=("text", "image"),
+                            image_placeholder=PLACEHOLDER)
+    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('store') / 'responses.db'}", RetentionPolicy(),
+                       Path("unused"))
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
+                             ids=counting_ids(), store=store)
+    with serve_in_thread(create_app(context)) as base_url:
+        yield Vision(engine, base_url, tokenizer)
+
+
+def _user(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"role": "user", "content": list(parts)}
+
+
+def test_an_image_reaches_the_engine_at_its_place_in_the_prompt(vision: Vision) -> None:
+    body = vision.post(input=[_user({"type": "input_text", "text": "What is this?"},
+                                    {"type": "input_image", "image_url": image_url(8, 6), "detail": "low"})])
+    assert body.status_code == 200, body.text
+    request = vision.engine.requests[-1]
+    assert [image.size for image in request.images] == [(8, 6)]
+    assert f"What is this?{PLACEHOLDER}" in vision.prompt()
+
+
+def test_images_in_several_messages_and_a_tool_output_go_in_prompt_order(vision: Vision) -> None:
+    body = vision.post(input=[
+        _user({"type": "input_image", "image_url": image_url(3, 3)}, {"type": "input_text", "text": "and"},
+              {"type": "input_image", "image_url": image_url(4, 4, "JPEG", "image/jpeg")}),
+        {"type": "function_call", "call_id": "c1", "name": "view_image", "arguments": '{"path": "a.png"}'},
+        {"type": "function_call_output", "call_id": "c1",
+         "output": [{"type": "input_image", "image_url": image_url(5, 2, "WEBP", "image/webp")}]},
+        _user({"type": "input_image", "image_url": image_url(2, 7, "GIF", "image/gif")})],
+        tools=[{"type": "function", "name": "view_image", "parameters": {"type": "object", "properties": {}}}])
+    assert body.status_code == 200, body.text
+    assert [image.size for image in vision.engine.requests[-1].images] == [(3, 3), (4, 4), (5, 2), (2, 7)]
+    assert vision.prompt().count(PLACEHOLDER) == 4
+
+
+def test_usage_counts_the_prompt_as_the_engine_ran_it(vision: Vision, tokenizer: Any) -> None:
+    vision.engine.scripts = [[replace(step, prompt_tokens=EXPANDED + 10 if index == 0 else None)
+                              for index, step in enumerate(vision.engine.scripts[0])]]
+    with httpx.stream("POST", f"{vision.base_url}/responses", timeout=30, json={
+            "model": MODEL, "stream": True, "input": [_user({"type": "input_image", "image_url": image_url()})]}) as r:
+        final = validate_events(events_of(parse_frames(r.iter_lines())))
+    assert final.usage is not None and final.usage.input_tokens == EXPANDED + 10
+
+
+def test_an_image_stored_with_a_response_goes_to_the_engine_again_in_the_next_turn(vision: Vision) -> None:
+    first = vision.post(input=[_user({"type": "input_image", "image_url": image_url(6, 6)})]).json()
+    again = vision.post(previous_response_id=first["id"], input="And now?")
+    assert again.status_code == 200, again.text
+    assert [image.size for image in vision.engine.requests[-1].images] == [(6, 6)]
+    items = httpx.get(f"{vision.base_url}/responses/{first['id']}/input_items", timeout=30).json()["data"]
+    assert items[0]["content"][0]["image_url"] == image_url(6, 6)  # kept as sent, not re-encoded
+
+
+BAD_IMAGES = [
+    ("not base64", "data:image/png;base64,@@@@", "not valid base64"),
+    ("a type that is no image", "data:text/plain;base64,aGVsbG8=", "Unsupported image type"),
+    ("bytes of another type", image_url(kind="JPEG", mime="image/png"), "not the PNG"),
+    ("garbage bytes", "data:image/png;base64," + base64.b64encode(b"not an image").decode(), "could not be decoded"),
+    ("more pixels than the server takes", png_header(7_000, 7_000), "pixels"),
+    ("more pixels than PIL would open", png_header(100_000, 100_000), "pixels"),
+    ("a URL to fetch", "https://example.com/cat.png", "does not fetch"),
+    ("no URL", None, "needs an image_url"),
+]
+
+
+@pytest.mark.parametrize(("url", "message"), [case[1:] for case in BAD_IMAGES], ids=[case[0] for case in BAD_IMAGES])
+def test_a_bad_image_is_a_400_naming_its_part(vision: Vision, url: Any, message: str) -> None:
+    part = {"type": "input_image", **({"image_url": url} if url is not None else {})}
+    response = vision.post(input=[_user({"type": "input_text", "text": "look"}, part)])
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "input[0].content[1]" and message in error["message"]
