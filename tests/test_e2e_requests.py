@@ -305,3 +305,16 @@ def test_the_compliance_tool_call_stream_when_a_call_is_required(server: Running
     assert {"response.function_call_arguments.delta", "response.function_call_arguments.done"} <= kinds
     assert any(e["type"] == "response.output_item.added" and e["item"]["type"] == "function_call" for e in events)
     assert final.status == "completed" and final.output[-1].type == "function_call"
+
+
+def test_the_bundled_text_model_answers_an_image_with_a_400_naming_it(server: RunningServer) -> None:
+    """The compliance suite's image-input request to a model that reads text only."""
+    models = httpx.get(f"{server.base_url}/models", timeout=30).json()["data"]
+    assert models[0]["input_modalities"] == ["text"]
+    response = httpx.post(f"{server.base_url}/responses", timeout=60, json={"model": MODEL, "input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What do you see?"},
+                                                        {"type": "input_image", "image_url": "data:image/png;base64,"
+                                                         "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4"
+                                                         "nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"}]}]})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "input[0].content[1]"

@@ -116,6 +116,13 @@ def test_an_image_stored_with_a_response_goes_to_the_engine_again_in_the_next_tu
     assert items[0]["content"][0]["image_url"] == image_url(6, 6)  # kept as sent, not re-encoded
 
 
+def test_an_image_cut_short_is_decoded_as_far_as_it_goes(vision: Vision) -> None:
+    whole = base64.b64decode(image_url(32, 32).split(",")[1])
+    cut = "data:image/png;base64," + base64.b64encode(whole[: len(whole) - 20]).decode()
+    assert vision.post(input=[_user({"type": "input_image", "image_url": cut})]).status_code == 200
+    assert [image.size for image in vision.engine.requests[-1].images] == [(32, 32)]
+
+
 BAD_IMAGES = [
     ("not base64", "data:image/png;base64,@@@@", "not valid base64"),
     ("a type that is no image", "data:text/plain;base64,aGVsbG8=", "Unsupported image type"),

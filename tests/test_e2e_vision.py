@@ -1,0 +1,95 @@
+"""End to end with a model that sees: a tiny Idefics3 (SmolVLM) built in the test from the bundled model, on the
+real CPU engine, with the real openai SDK. Its answers about images are noise; every part of the pipeline is real:
+the data URL decoded, the model's placeholder in the prompt, vLLM's processor expanding it, the image tokens counted."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+from PIL import Image
+
+from server.engine.recording import read_recordings
+from tests.test_e2e import RunningServer
+from tests.tiny_vlm import IMAGE_SEQ_LEN, build_tiny_vlm
+from tests.validator import validate_events
+
+pytestmark = pytest.mark.e2e
+CAP = 48
+# The Open Responses compliance suite's image-input shape: a 32x32 red heart icon.
+HEART = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAACAAAAAgCAIAAAD8GO2jAAABmklEQVR42tyWAaTyUBzFew/eG4AHz+MBSAHKBiJ"
+         "RGFKwIgQQJKLUIioBIhCAiCAAEizAQIAECaASqFFJq84nudjnaqvuPnxzgP9xfrq5938csPn7PwHTKSoViCIEAYEAMhmoKsU2mUCWEQqB5x"
+         "EMIp/HaGQG2G6RSuH9HQ7H34rFrtPbdz4jl6PbwmEsl3QA1mt4vcRKk8dz9eg6IpF7tt9fzGY0gCgafFRFo5Blc5vLhf3eCOj1yNhM5GRMV"
+         "K0aATxPZoz09YXjkQDmczJgquGQAPp9WwCNBgG027YACgUC6HRsAZRKBDAY2AJoNv/ZnwzA6WScznG3p4UAymXGAEkyXrTFAh8fLAGqagQA"
+         "yfrNfMvqoXZy6PTXRGhTkK9ZsOY3r1+nzgAAAAAA//8DAGJWRHpoM6pxAAAAAElFTkSuQmCC")
+
+
+def png(width: int, height: int) -> str:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (20, 120, 220)).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+@pytest.fixture(scope="module")
+def vlm(bundled_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    checkpoint = build_tiny_vlm(bundled_model, tmp_path_factory.mktemp("tiny-vlm"))
+    log = tmp_path_factory.mktemp("logs") / "vision.log"
+    running = RunningServer(["--model", str(checkpoint), "--served-model-name", "tiny-vlm", "--max-model-len", "2048",
+                             "--default-max-output-tokens", str(CAP),
+                             "--record-engine-output", str(log.parent / "engine.jsonl")], log)
+    yield running
+    running.stop()
+
+
+def _ask(server: RunningServer, *parts: dict[str, Any], **body: Any) -> Any:
+    return server.client.responses.create(model="tiny-vlm", input=[{"role": "user", "content": list(parts)}],
+                                          temperature=0, **body)
+
+
+def test_the_model_says_it_sees(vlm: RunningServer) -> None:
+    model = httpx.get(f"{vlm.base_url}/models").json()["data"][0]
+    assert model["input_modalities"] == ["text", "image"]
+
+
+def test_an_image_by_data_url_is_answered_and_its_tokens_counted(vlm: RunningServer) -> None:
+    question = {"type": "input_text", "text": "What is in this picture?"}
+    text_only = _ask(vlm, question)
+    with_image = _ask(vlm, question, {"type": "input_image", "image_url": png(40, 30), "detail": "auto"})
+    assert with_image.status in ("completed", "incomplete") and with_image.output
+    assert text_only.usage is not None and with_image.usage is not None
+    grown = with_image.usage.input_tokens - text_only.usage.input_tokens
+    assert grown > IMAGE_SEQ_LEN, grown  # the image's tokens, and the tokens around them, counted
+    recorded = read_recordings(vlm.log.parent / "engine.jsonl")[-1]
+    assert recorded.images == [[40, 30]]  # the image reached the engine
+
+
+def test_an_image_streams_too(vlm: RunningServer) -> None:
+    events = vlm.raw_stream(input=[{"role": "user", "content": [
+        {"type": "input_text", "text": "Describe it."}, {"type": "input_image", "image_url": png(16, 16)}]}],
+        temperature=0)
+    final = validate_events(events)
+    assert final.status in ("completed", "incomplete") and final.usage is not None
+
+
+def test_the_open_responses_image_input_shape(vlm: RunningServer) -> None:
+    response = vlm.client.responses.create(model="tiny-vlm", input=[{"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "What do you see in this image? Answer in one sentence."},
+        {"type": "input_image", "image_url": HEART}]}])  # type: ignore[list-item, typeddict-item]
+    assert response.output
+    assert response.status == "completed" or response.incomplete_details is not None
+
+
+def test_an_image_in_a_tool_output_continues_the_tool_loop(vlm: RunningServer) -> None:
+    view_image = {"type": "function", "name": "view_image", "description": "Look at an image file",
+                  "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
+    response = vlm.client.responses.create(model="tiny-vlm", tools=[view_image], temperature=0, input=[  # type: ignore[list-item]
+        {"role": "user", "content": "What is in shot.png?"},
+        {"type": "function_call", "call_id": "call_1", "name": "view_image", "arguments": '{"path": "shot.png"}'},
+        {"type": "function_call_output", "call_id": "call_1",
+         "output": [{"type": "input_image", "image_url": png(24, 24)}]}])
+    assert response.output and response.usage is not None
+    assert read_recordings(vlm.log.parent / "engine.jsonl")[-1].images == [[24, 24]]
