@@ -68,7 +68,7 @@ def test_an_image_by_data_url_is_answered_and_its_tokens_counted(vlm: RunningSer
 
 
 def test_an_image_streams_too(vlm: RunningServer) -> None:
-    events = vlm.raw_stream(input=[{"role": "user", "content": [
+    events = vlm.raw_stream(model="tiny-vlm", input=[{"role": "user", "content": [
         {"type": "input_text", "text": "Describe it."}, {"type": "input_image", "image_url": png(16, 16)}]}],
         temperature=0)
     final = validate_events(events)
