@@ -8,6 +8,7 @@ from openai.types.responses import ResponseIncludable
 from pydantic import (
     AfterValidator,
     BaseModel,
+    PrivateAttr,
     ConfigDict,
     Discriminator,
     Field,
@@ -18,13 +19,14 @@ from pydantic import (
 )
 
 from parsers.tools import model_name
+from server.files import file_text
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 KNOWN_INCLUDES = frozenset(get_args(ResponseIncludable))
-# Content this server does not read yet: rejected when the request is read, on every path. Images are read by a
-# model that sees (and rejected when the run is prepared for one that does not).
-_UNREADABLE_CONTENT = ("input_file", "input_audio")
+# Content this server does not read: rejected when the request is read, on every path. Images are read by a
+# model that sees (and rejected when the run is prepared for one that does not); files are read as text.
+_UNREADABLE_CONTENT = ("input_audio",)
 # Fields the server cannot honour: a request that sets them is a 400 saying why, never silently served.
 _UNSUPPORTED_FIELDS = {
     "prompt": "stored prompt templates are not supported by this server; send `instructions` and `input` instead",
@@ -55,6 +57,7 @@ class ContentPart(_Lenient):
     text: str | None = None
     refusal: str | None = None
     image_url: Any = None  # an input_image's, checked when the image is decoded
+    _file_text: str | None = PrivateAttr(default=None)  # an input_file's text (the part is stored as sent)
 
     @field_validator("type")
     @classmethod
@@ -63,7 +66,15 @@ class ContentPart(_Lenient):
             raise ValueError(f"content of type '{kind}' is not supported by this server")
         return kind
 
+    @model_validator(mode="after")
+    def _read_file(self) -> "ContentPart":
+        if self.type == "input_file":
+            self._file_text = file_text(getattr(self, "file_data", None), getattr(self, "filename", None))
+        return self
+
     def as_text(self) -> str:
+        if self._file_text is not None:
+            return self._file_text
         return self.text if self.text is not None else (self.refusal or "")
 
     def is_image(self) -> bool:

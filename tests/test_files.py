@@ -1,0 +1,87 @@
+"""`input_file` parts: text files and PDFs put into the prompt as their text with their name; a clear 400 for
+anything else; stored as sent."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from server.config import ServerConfig
+from server.http.app import create_app
+from server.serving import ServingContext
+from tests.conftest import serve_in_thread
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+
+MODEL = "m"
+
+
+def data_url(mime: str, data: bytes) -> str:
+    return f"data:{mime};base64," + base64.b64encode(data).decode()
+
+
+def pdf(text: str) -> bytes:
+    """A one-page PDF showing `text` (written by hand: objects, a content stream, the cross-reference table)."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+               b"/Resources << /Font << /F1 5 0 R >> >> >>",
+               b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+@pytest.fixture(scope="module")
+def served(tokenizer: Any) -> Iterator[tuple[ScriptedEngine, str]]:
+    answer = steps_from_tokens(tokenizer.encode("Done.", add_special_tokens=False), cuts=[1])
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[answer])
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine)
+    with serve_in_thread(create_app(context)) as base_url:
+        yield engine, base_url
+
+
+def _post(base_url: str, part: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{base_url}/responses", timeout=30, json={"model": MODEL, "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "Read this."}, part]}]})
+
+
+@pytest.mark.parametrize(("mime", "data", "expected"), [
+    ("text/plain", "plain words\nsecond line".encode(), "plain words\nsecond line"),
+    ("text/markdown", "# Título\n- ünïcode".encode(), "# Título\n- ünïcode"),
+    ("application/json", b'{"a": [1, 2]}', '{"a": [1, 2]}'),
+    ("application/pdf", pdf("Quarterly revenue grew"), "Quarterly revenue grew"),
+], ids=["text", "markdown", "json", "pdf"])
+def test_a_file_is_read_into_the_prompt_with_its_name(served: tuple[ScriptedEngine, str], tokenizer: Any,
+                                                      mime: str, data: bytes, expected: str) -> None:
+    engine, base_url = served
+    response = _post(base_url, {"type": "input_file", "filename": "report.x", "file_data": data_url(mime, data)})
+    assert response.status_code == 200, response.text
+    prompt = tokenizer.decode(engine.requests[-1].prompt_token_ids)
+    assert f'<file name="report.x">\n{expected}\n</file>' in prompt
+
+
+@pytest.mark.parametrize(("part", "message"), [
+    ({"file_data": data_url("application/zip", b"PK\x03\x04")}, "not supported"),
+    ({"file_data": data_url("text/plain", b"\xff\xfe\x00bad")}, "not UTF-8"),
+    ({"file_data": "data:text/plain;base64,@@@"}, "not valid base64"),
+    ({"file_data": data_url("application/pdf", b"%PDF-1.4 garbage")}, "PDF"),
+    ({"file_id": "file-abc"}, "file_data"),
+    ({"file_url": "https://example.com/a.pdf"}, "file_data"),
+], ids=["zip", "not-utf8", "bad-base64", "broken-pdf", "file-id", "file-url"])
+def test_a_file_the_server_cannot_read_is_a_400_naming_its_part(served: tuple[ScriptedEngine, str],
+                                                                part: dict[str, Any], message: str) -> None:
+    _, base_url = served
+    response = _post(base_url, {"type": "input_file", "filename": "f", **part})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"].startswith("input[0].content[1]") and message in error["message"]
