@@ -173,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         max_concurrent_requests=args.max_concurrent_requests,
         send_timeout_seconds=args.send_timeout,
         default_max_output_tokens=args.default_max_output_tokens,
+        allowed_media_domains=tuple(getattr(args, "allowed_media_domains", None) or ()),  # vLLM's flag, read too
     )
     try:
         store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count),

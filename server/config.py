@@ -20,3 +20,4 @@ class ServerConfig:
     max_concurrent_requests: int | None = None  # responses generating at once; past it, 429
     send_timeout_seconds: float | None = 60.0  # a stream whose client reads nothing for this long is ended
     default_max_output_tokens: int | None = None  # the cap of a request that sets no max_output_tokens
+    allowed_media_domains: tuple[str, ...] = ()  # hosts image URLs may be fetched from (none: data URLs only)

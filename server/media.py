@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-from typing import Any, Iterator
+from types import MappingProxyType
+from typing import Any, Iterator, Mapping
 
 from server.errors import RequestError
 from server.requests import MessageItem, ResponsesRequest, ToolOutput
@@ -16,13 +17,16 @@ IMAGE_TYPES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/jpg": "JPEG", "i
                "image/gif": "GIF"}
 
 
-def load_image(url: Any, param: str) -> Any:
-    """The image of a data URL as an RGB PIL image (a GIF's first frame); a RequestError naming `param` else."""
+def load_image(url: Any, param: str, fetched: Mapping[str, bytes] = MappingProxyType({})) -> Any:
+    """The image of a data URL, or of a URL among those `fetched`, as an RGB PIL image (a GIF's first frame); a
+    RequestError naming `param` else."""
     if not isinstance(url, str) or not url:
         raise RequestError("An input_image needs an image_url: a data URL (data:image/png;base64,...).", param=param)
+    if url in fetched:
+        return _decoded(fetched[url], None, param)
     if not url.startswith("data:"):
-        raise RequestError("This server does not fetch image URLs: send the image inline as a data URL "
-                           "(data:image/png;base64,...).", param=param)
+        raise RequestError("This server fetches image URLs only from the domains its operator allows: send the "
+                           "image inline as a data URL (data:image/png;base64,...).", param=param)
     header, _, payload = url[len("data:"):].partition(",")
     mime, *options = header.split(";")
     if mime.lower() not in IMAGE_TYPES:
@@ -38,7 +42,8 @@ def load_image(url: Any, param: str) -> Any:
     return _decoded(data, IMAGE_TYPES[mime.lower()], param)
 
 
-def _decoded(data: bytes, expected: str, param: str) -> Any:
+def _decoded(data: bytes, expected: str | None, param: str) -> Any:
+    """`expected`: the format the data URL named (None for fetched bytes: any of IMAGE_TYPES')."""
     from PIL import Image, ImageFile
 
     # An image whose compressed data ends early is decoded as far as it goes (the rest black), as browsers show it:
@@ -47,7 +52,10 @@ def _decoded(data: bytes, expected: str, param: str) -> Any:
 
     try:
         with Image.open(io.BytesIO(data)) as image:  # reads the header only
-            if image.format != expected:
+            if expected is None and image.format not in IMAGE_TYPES.values():
+                raise RequestError(f"Unsupported image type {image.format!r}: send PNG, JPEG, WebP or GIF.",
+                                   param=param)
+            if expected is not None and image.format != expected:
                 raise RequestError(f"The image is {image.format or 'not an image'}, not the {expected} its data "
                                    "URL says.", param=param)
             width, height = image.size
@@ -74,7 +82,8 @@ def image_parts(request: ResponsesRequest) -> Iterator[tuple[str, Any]]:
                     yield f"input[{index}].{where}[{position}]", part.image_url
 
 
-def request_images(request: ResponsesRequest, modalities: tuple[str, ...]) -> dict[str, Any]:
+def request_images(request: ResponsesRequest, modalities: tuple[str, ...],
+                   fetched: Mapping[str, bytes] = MappingProxyType({})) -> dict[str, Any]:
     """The request's images decoded, by their URL; a RequestError naming the part when the served model does
     not see or an image is bad."""
     images: dict[str, Any] = {}
@@ -83,5 +92,5 @@ def request_images(request: ResponsesRequest, modalities: tuple[str, ...]) -> di
             raise RequestError("The served model reads text only: it cannot take images "
                                f"(its input modalities: {', '.join(modalities)}).", param=param)
         if not isinstance(url, str) or url not in images:
-            images[url] = load_image(url, param)
+            images[url] = load_image(url, param, fetched)
     return images

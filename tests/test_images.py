@@ -58,6 +58,27 @@ class Vision:
         return self.tokenizer.decode(self.engine.requests[-1].prompt_token_ids)
 
 
+def _image_host() -> Any:
+    """An HTTP server with images to fetch (and a missing one, a redirect, one too large)."""
+    from starlette.applications import Starlette
+    from starlette.responses import RedirectResponse, Response
+    from starlette.routing import Route
+
+    png = base64.b64decode(image_url(9, 9).split(",")[1])
+    return Starlette(routes=[
+        Route("/red.png", lambda _: Response(png, media_type="image/png")),
+        Route("/huge.png", lambda _: Response(png + b"\0" * (2 * 1024 * 1024), media_type="image/png")),
+        Route("/moved.png", lambda _: RedirectResponse("/red.png")),
+        Route("/text", lambda _: Response(b"hello", media_type="text/plain")),
+    ])
+
+
+@pytest.fixture(scope="module")
+def images_at() -> Iterator[str]:
+    with serve_in_thread(_image_host()) as base_url:
+        yield base_url.removesuffix("/v1")
+
+
 @pytest.fixture(scope="module")
 def vision(tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vision]:
     answer = steps_from_tokens(tokenizer.encode("A red square.", add_special_tokens=False), cuts=[1])
@@ -65,8 +86,8 @@ def vision(tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                             image_placeholder=PLACEHOLDER)
     store = open_store(f"sqlite:///{tmp_path_factory.mktemp('store') / 'responses.db'}", RetentionPolicy(),
                        Path("unused"))
-    context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
-                             ids=counting_ids(), store=store)
+    config = ServerConfig(served_model_name=MODEL, allowed_media_domains=("127.0.0.1",))
+    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids(), store=store)
     with serve_in_thread(create_app(context)) as base_url:
         yield Vision(engine, base_url, tokenizer)
 
@@ -139,6 +160,33 @@ BAD_IMAGES = [
 def test_a_bad_image_is_a_400_naming_its_part(vision: Vision, url: Any, message: str) -> None:
     part = {"type": "input_image", **({"image_url": url} if url is not None else {})}
     response = vision.post(input=[_user({"type": "input_text", "text": "look"}, part)])
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "input[0].content[1]" and message in error["message"]
+
+
+def test_an_image_url_is_fetched_from_an_allowed_domain(vision: Vision, images_at: str) -> None:
+    url = f"{images_at}/red.png"
+    response = vision.post(input=[_user({"type": "input_image", "image_url": url})])
+    assert response.status_code == 200, response.text
+    assert [image.size for image in vision.engine.requests[-1].images] == [(9, 9)]
+    again = vision.post(previous_response_id=response.json()["id"], input="Again?")
+    assert again.status_code == 200 and [i.size for i in vision.engine.requests[-1].images] == [(9, 9)]
+
+
+@pytest.mark.parametrize(("where", "message"), [
+    ("http://localhost:{port}/red.png", "does not fetch images from 'localhost'"),
+    ("{root}/missing.png", "HTTP 404"),
+    ("{root}/moved.png", "HTTP 307"),
+    ("{root}/huge.png", "larger than"),
+    ("{root}/text", "could not be decoded"),
+    ("http://127.0.0.1:1/unreachable.png", "could not be fetched"),
+], ids=["another-domain", "missing", "redirect", "too-large", "not-an-image", "unreachable"])
+def test_an_image_url_that_cannot_be_used_is_a_400_naming_its_part(vision: Vision, images_at: str, where: str,
+                                                                   message: str, monkeypatch: Any) -> None:
+    monkeypatch.setattr("server.media_fetch.MAX_IMAGE_BYTES", 1024 * 1024)
+    url = where.format(root=images_at, port=images_at.rsplit(":", 1)[1])
+    response = vision.post(input=[_user({"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": url})])
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == "input[0].content[1]" and message in error["message"]

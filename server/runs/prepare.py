@@ -4,14 +4,16 @@ sampling and the builder. Everything that can reject a request happens here, bef
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from server.compaction import compacted_response, summary_request
 from server.constraints.rules import output_rules
 from server.conversation import stored_input_items, with_history
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
 from server.errors import GenerationFailed, NotFound, RequestError
-from server.media import load_image, request_images
+from server.media import image_parts, load_image, request_images
+from server.media_fetch import fetch_images
 from server.paths.tools import tool_definitions
 from server.requests import ResponsesRequest
 from server.runs.echoed_settings import response_settings
@@ -30,7 +32,8 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest) ->
     if body.background and store is None:
         raise RequestError("Background responses must be stored (store: true, and a server with a store).",
                            param="background")
-    run = prepare_run(context, await conversation_of(context, body), body)
+    conversation = await conversation_of(context, body)
+    run = prepare_run(context, conversation, body, await images_fetched(context, conversation, body))
     run.slot = context.admission.admit()  # last: a request refused for any other reason takes no place
     link = ConversationLink(context.store, body.conversation) if body.conversation and context.store else None
     input_items = stored_input_items(body, context.ids) if store is not None or link is not None else []
@@ -42,7 +45,8 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest) ->
 
 async def input_token_count(context: ServingContext, body: ResponsesRequest) -> int:
     """The `usage.input_tokens` a response to `body` would report: its run is prepared, not started."""
-    run = prepare_run(context, await conversation_of(context, body), body)
+    conversation = await conversation_of(context, body)
+    run = prepare_run(context, conversation, body, await images_fetched(context, conversation, body))
     return len(run.request.prompt_token_ids)
 
 
@@ -71,7 +75,7 @@ async def prepare_compaction(context: ServingContext, body: ResponsesRequest) ->
     if not conversation.input_items():
         raise RequestError("There is nothing to compact: give input or previous_response_id.", param="input")
     summarizing = summary_request(conversation)
-    run = prepare_run(context, summarizing, summarizing)
+    run = prepare_run(context, summarizing, summarizing, await images_fetched(context, summarizing, summarizing))
     run.slot = context.admission.admit()
     return CompactionRun(StoredRun(run, None, keep_event_log=False), conversation, context)
 
@@ -81,8 +85,22 @@ async def conversation_of(context: ServingContext, body: ResponsesRequest) -> Re
     return open_sealed_items(await with_history(body, context.store), context.sealer)
 
 
-def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest) -> ResponseRun:
-    """The run for `conversation` (the request with its history), echoing `body` (the request as sent)."""
+async def images_fetched(context: ServingContext, conversation: ResponsesRequest,
+                         body: ResponsesRequest) -> dict[str, bytes]:
+    """The conversation's image URLs fetched, where the operator allows (nothing is fetched for a model that does
+    not see: its request is refused)."""
+    engine, _ = context.started()
+    if "image" not in engine.input_modalities:
+        return {}
+    params = {url: param for param, url in image_parts(body) if isinstance(url, str)}
+    urls = [(params.get(url, "previous_response_id"), url) for _, url in image_parts(conversation)]
+    return await fetch_images(urls, context.config.allowed_media_domains)
+
+
+def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
+                fetched: Mapping[str, bytes] = MappingProxyType({})) -> ResponseRun:
+    """The run for `conversation` (the request with its history), echoing `body` (the request as sent), with the
+    bytes of its image URLs `fetched`."""
     served = context.config.served_model_name
     if body.model is not None and body.model != served:
         raise NotFound(f"The model '{body.model}' does not exist; this server serves '{served}'.",
@@ -91,9 +109,9 @@ def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: R
         raise RequestError("input must not be empty (unless previous_response_id continues a conversation).",
                            param="input")
     engine, path = context.started()
-    decoded = request_images(body, engine.input_modalities)  # before rendering: a bad image is a 400 naming it
+    decoded = request_images(body, engine.input_modalities, fetched)  # before rendering: a bad image names its part
     rendered = render_to_fit(path.render, conversation, engine.max_model_len)
-    images = tuple(decoded[url] if url in decoded else load_image(url, "previous_response_id")
+    images = tuple(decoded[url] if url in decoded else load_image(url, "previous_response_id", fetched)
                    for url in rendered.image_urls)  # those of the history were checked when first sent
     prompt = rendered.token_ids
     room = engine.max_model_len - len(prompt)
