@@ -30,9 +30,18 @@ def summary_request(conversation: ResponsesRequest) -> ResponsesRequest:
         "include": None, "max_output_tokens": SUMMARY_MAX_TOKENS})
 
 
-def user_messages(conversation: ResponsesRequest) -> list[str]:
-    """The user's own words, oldest first (those of an earlier compaction included: it was opened into them)."""
-    return [item.text() for item in conversation.input_items() if isinstance(item, MessageItem) and item.role == "user"]
+def user_messages(conversation: ResponsesRequest) -> list[str | list[dict[str, Any]]]:
+    """The user's own messages, oldest first (those of an earlier compaction included: it was opened into them):
+    the text, or the parts as sent when there is more than text (images and files are kept, not re-encoded)."""
+    return [_user_content(item) for item in conversation.input_items()
+            if isinstance(item, MessageItem) and item.role == "user"]
+
+
+def _user_content(item: MessageItem) -> str | list[dict[str, Any]]:
+    parts = item.parts()
+    if all(part.type in ("input_text", "text") for part in parts):
+        return item.text()
+    return [part.model_dump(exclude_none=True) for part in parts]
 
 
 def compacted_response(summary: Response, conversation: ResponsesRequest, sealer: Sealer,

@@ -18,7 +18,7 @@ def reasoning_sealer(sealer: Sealer) -> Callable[[str], str]:
     return lambda text: sealer.seal(REASONING_PURPOSE, {"text": text})
 
 
-def seal_compaction(sealer: Sealer, summary: str, user_messages: list[str]) -> str:
+def seal_compaction(sealer: Sealer, summary: str, user_messages: list[str | list[dict[str, Any]]]) -> str:
     """A compaction's encrypted_content: the model's summary and the user's own words, which it replaces."""
     return sealer.seal(COMPACTION_PURPOSE, {"summary": summary, "user_messages": user_messages})
 
@@ -42,11 +42,20 @@ def open_sealed_items(request: ResponsesRequest, sealer: Sealer) -> ResponsesReq
             payload = _open(sealer, COMPACTION_PURPOSE, item.encrypted_content, index)
             summary, users = payload.get("summary"), payload.get("user_messages")
             _check(isinstance(summary, str) and isinstance(users, list), index, "holds no compaction")
-            opened += [MessageItem(role="user", content=str(text)) for text in users]
+            opened += [_user_message(content, index) for content in users]
             opened.append(MessageItem(role="assistant", content=SUMMARY_HEADING + summary))
         else:
             opened.append(item)
     return request.model_copy(update={"input": opened})
+
+
+def _user_message(content: Any, index: int) -> MessageItem:
+    """A user message a compaction holds: its text, or its parts as they were sent."""
+    try:
+        return MessageItem.model_validate({"role": "user", "content": content if isinstance(content, list)
+                                           else str(content)})
+    except ValueError:
+        raise _invalid(index, "holds a message that is no longer valid") from None
 
 
 def _sealed(item: Any) -> bool:
@@ -63,5 +72,9 @@ def _open(sealer: Sealer, purpose: str, value: str, index: int) -> dict[str, Any
 
 def _check(condition: bool, index: int, problem: str) -> None:
     if not condition:
-        raise RequestError(f"The encrypted_content of input[{index}] {problem}.",
-                       param=f"input[{index}].encrypted_content", code="invalid_encrypted_content")
+        raise _invalid(index, problem)
+
+
+def _invalid(index: int, problem: str) -> RequestError:
+    return RequestError(f"The encrypted_content of input[{index}] {problem}.",
+                        param=f"input[{index}].encrypted_content", code="invalid_encrypted_content")

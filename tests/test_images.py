@@ -190,3 +190,15 @@ def test_an_image_url_that_cannot_be_used_is_a_400_naming_its_part(vision: Visio
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == "input[0].content[1]" and message in error["message"]
+
+
+def test_an_image_survives_compaction_as_sent(vision: Vision) -> None:
+    """The compaction keeps the user's image part inside its sealed item; the next turn sends it to the engine."""
+    picture = image_url(7, 5)
+    compacted = httpx.post(f"{vision.base_url}/responses/compact", timeout=30, json={"model": MODEL, "input": [
+        _user({"type": "input_text", "text": "Keep this picture in mind."}, {"type": "input_image", "image_url": picture})]})
+    assert compacted.status_code == 200, compacted.text
+    assert [image.size for image in vision.engine.requests[-1].images] == [(7, 5)]  # the summary saw it
+    follow_up = vision.post(input=[*compacted.json()["output"], {"role": "user", "content": "What was it?"}])
+    assert follow_up.status_code == 200, follow_up.text
+    assert [image.size for image in vision.engine.requests[-1].images] == [(7, 5)]
