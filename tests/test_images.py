@@ -202,3 +202,14 @@ def test_an_image_survives_compaction_as_sent(vision: Vision) -> None:
     follow_up = vision.post(input=[*compacted.json()["output"], {"role": "user", "content": "What was it?"}])
     assert follow_up.status_code == 200, follow_up.text
     assert [image.size for image in vision.engine.requests[-1].images] == [(7, 5)]
+
+
+def test_an_image_in_a_conversation_goes_to_the_engine_in_later_turns(vision: Vision) -> None:
+    conversation = httpx.post(f"{vision.base_url}/conversations", json={}, timeout=30).json()["id"]
+    first = vision.post(conversation=conversation, input=[_user({"type": "input_image", "image_url": image_url(4, 9)})])
+    assert first.status_code == 200, first.text
+    later = vision.post(conversation=conversation, input="And what colour was it?")
+    assert later.status_code == 200, later.text
+    assert [image.size for image in vision.engine.requests[-1].images] == [(4, 9)]
+    items = httpx.get(f"{vision.base_url}/conversations/{conversation}/items?order=asc", timeout=30).json()["data"]
+    assert items[0]["content"][0]["image_url"] == image_url(4, 9)  # stored as sent
