@@ -76,7 +76,8 @@ def _problem(status: int, content_type: str, body: bytes) -> str | None:
 
 @contextmanager
 def fuzz_server() -> Iterator[str]:
-    """The real app on a socket, a scripted engine that answers at once, a store in a temporary directory."""
+    """The real app on a socket, a scripted engine that answers at once (and says it sees, so image parts reach
+    the decoder; URLs may be fetched from 127.0.0.1 only), a store in a temporary directory."""
     from server.config import ServerConfig
     from server.engine.vllm_engine import load_tokenizer
     from server.http.app import create_app
@@ -88,10 +89,12 @@ def fuzz_server() -> Iterator[str]:
 
     tokenizer = load_tokenizer(str(ensure_bundled_model()))
     answer = tokenizer.encode("Fine.", add_special_tokens=False) + [tokenizer.eos_token_id]
-    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(answer, cuts=[1])], max_model_len=4096)
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(answer, cuts=[1])], max_model_len=4096,
+                            input_modalities=("text", "image"), image_placeholder="<image>")
     with tempfile.TemporaryDirectory() as data:
-        context = ServingContext(config=ServerConfig(served_model_name=MODEL, max_body_bytes=4 * 1024 * 1024),
-                                 engine_factory=lambda: engine, store=SqliteStore(Path(data) / "fuzz.db"))
+        config = ServerConfig(served_model_name=MODEL, max_body_bytes=4 * 1024 * 1024,
+                              allowed_media_domains=("127.0.0.1",))
+        context = ServingContext(config=config, engine_factory=lambda: engine, store=SqliteStore(Path(data) / "fuzz.db"))
         with serve_in_thread(create_app(context)) as base_url:
             yield base_url.removesuffix("/v1")
 
@@ -149,11 +152,23 @@ def _png(width: int, height: int) -> str:
     return base64.b64encode(b"\x89PNG\r\n\x1a\n" + chunk).decode()
 
 
+def _real_png() -> str:
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (5, 4), (1, 2, 3)).save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
 # Image and file parts as clients send them, and bent: bad base64, huge dimensions, wrong types, URLs, ids.
 _MEDIA_URL = st.one_of(
     st.just("data:image/png;base64," + _png(1, 1)), st.just("data:image/png;base64," + _png(2**31 - 1, 2**31 - 1)),
     st.just("data:image/png;base64,@@not-base64@@"), st.just("data:text/plain;base64,aGVsbG8="),
     st.just("data:image/jpeg;base64,"), st.just("https://example.invalid/cat.png"), st.just("file:///etc/passwd"),
+    st.just("http://127.0.0.1:1/refused.png"), st.just("data:image/png;base64," + _real_png()),
+    st.just("data:application/pdf;base64," + base64.b64encode(b"%PDF-1.4\n%%EOF").decode()), st.just("data:image/gif;base64," + _png(3, 3)),
     st.text(max_size=20), st.integers())
 _MEDIA_PART = st.one_of(
     st.fixed_dictionaries({"type": st.just("input_image"), "image_url": _MEDIA_URL,
