@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from hypothesis import strategies as st
 
-from tests.sse import events_of, parse_frames
+from tests.sse import events_of, parse_frames, sse_lines
 from tests.validator import ContractViolation, validate_events
 
 MODEL = "fuzz-model"
@@ -68,7 +68,7 @@ def _problem(status: int, content_type: str, body: bytes) -> str | None:
         return None
     if content_type.startswith("text/event-stream"):
         try:
-            validate_events(events_of(parse_frames(body.decode().splitlines())))
+            validate_events(events_of(parse_frames(sse_lines(body))))
         except (ContractViolation, ValueError) as exc:
             return f"a broken stream ({exc})"
     return None

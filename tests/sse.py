@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -16,6 +17,12 @@ class Frame:
     def json(self) -> dict[str, Any]:
         assert self.data is not None
         return json.loads(self.data)
+
+
+def sse_lines(body: bytes) -> list[str]:
+    """A whole body's lines as the SSE spec splits them: at CR, LF or CRLF only (not at U+2028 and the other
+    breaks `str.splitlines` knows, which JSON leaves unescaped inside a data line)."""
+    return re.split(r"\r\n|\r|\n", body.decode())
 
 
 def parse_frames(lines: Iterable[str]) -> list[Frame]:

@@ -20,7 +20,7 @@ from tests.conftest import serve_in_thread
 from tests.helpers import build_events
 from tests.openresponses import check_response
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
-from tests.sse import events_of, parse_frames
+from tests.sse import events_of, parse_frames, sse_lines
 from tests.validator import validate_events
 
 MODEL = "test-model"
@@ -62,6 +62,21 @@ def test_every_field_is_present_in_bodies_and_snapshots(served: tuple[ScriptedEn
     assert type(snapshots[-1]["completed_at"]) is int and snapshots[-1]["usage"] is not None
     raw = [line for line in _raw_lines(base_url) if line.startswith("data: ")]
     assert '"created_at":' in raw[0] and '.0,' not in raw[0].split('"created_at":')[1][:16]
+
+
+def test_text_with_unicode_line_separators_stays_inside_its_data_line(served: tuple[ScriptedEngine, str]) -> None:
+    """JSON leaves U+2028 and U+0085 unescaped; SSE splits lines at CR and LF only (a `str.splitlines` reader
+    would cut the frame: the fuzzer's did)."""
+    _, base_url = served
+    instructions = "one\u2028two\u0085three"
+    with httpx.stream("POST", f"{base_url}/responses", timeout=30, json={
+            "model": MODEL, "input": "hi", "stream": True, "instructions": instructions}) as response:
+        body = response.read()
+    events = events_of(parse_frames(sse_lines(body)))
+    validate_events(events)
+    assert events[0]["response"]["instructions"] == instructions
+    with pytest.raises(ValueError):
+        events_of(parse_frames(body.decode().splitlines()))
 
 
 def _raw_lines(base_url: str) -> list[str]:
