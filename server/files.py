@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 import json
+
+from server.data_urls import DataUrl, DataUrlError
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 TEXT_TYPES = frozenset({"application/json", "application/xml", "application/x-yaml", "application/yaml",
@@ -39,16 +39,13 @@ def file_text(file_data: object, filename: object) -> str:
 def _data_url(value: str) -> tuple[str, bytes]:
     if not value.startswith("data:"):
         raise FileError("file_data must be a data URL (data:<type>;base64,...)")
-    header, _, payload = value[len("data:"):].partition(",")
-    mime, *options = header.split(";")
-    if "base64" not in options:
+    data_url = DataUrl.parse(value)
+    if not data_url.base64:
         raise FileError("a file's data URL must be base64-encoded (data:<type>;base64,...)")
-    if len(payload) > (MAX_FILE_BYTES + 2) // 3 * 4:
-        raise FileError(f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
     try:
-        return mime.lower(), base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        raise FileError("the file is not valid base64") from None
+        return data_url.mime, data_url.decoded(MAX_FILE_BYTES)
+    except DataUrlError as exc:
+        raise FileError(f"the file {exc}") from None
 
 
 def _pdf_text(data: bytes) -> str:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
+from server.data_urls import DataUrl, DataUrlError
 from server.errors import RequestError
 from server.requests import MessageItem, ResponsesRequest, ToolOutput
 
@@ -27,19 +26,16 @@ def load_image(url: Any, param: str, fetched: Mapping[str, bytes] = MappingProxy
     if not url.startswith("data:"):
         raise RequestError("This server fetches image URLs only from the domains its operator allows: send the "
                            "image inline as a data URL (data:image/png;base64,...).", param=param)
-    header, _, payload = url[len("data:"):].partition(",")
-    mime, *options = header.split(";")
-    if mime.lower() not in IMAGE_TYPES:
-        raise RequestError(f"Unsupported image type {mime!r}: send PNG, JPEG, WebP or GIF.", param=param)
-    if "base64" not in options:
+    data_url = DataUrl.parse(url)
+    if data_url.mime not in IMAGE_TYPES:
+        raise RequestError(f"Unsupported image type {data_url.mime!r}: send PNG, JPEG, WebP or GIF.", param=param)
+    if not data_url.base64:
         raise RequestError("An image data URL must be base64-encoded (data:image/png;base64,...).", param=param)
-    if len(payload) > (MAX_IMAGE_BYTES + 2) // 3 * 4:
-        raise RequestError(f"The image is larger than {MAX_IMAGE_BYTES // (1024 * 1024)} MiB.", param=param)
     try:
-        data = base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        raise RequestError("The image is not valid base64.", param=param) from None
-    return _decoded(data, IMAGE_TYPES[mime.lower()], param)
+        data = data_url.decoded(MAX_IMAGE_BYTES)
+    except DataUrlError as exc:
+        raise RequestError(f"The image {exc}.", param=param) from None
+    return _decoded(data, IMAGE_TYPES[data_url.mime], param)
 
 
 def _decoded(data: bytes, expected: str | None, param: str) -> Any:
