@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from pydantic import TypeAdapter, ValidationError
 
 from server.errors import NotFound, RequestError, invalid_value
 from server.requests import InputItem, MessageItem, ResponsesRequest
-from server.store.interface import ResponseStore
+from server.store.interface import ResponseStore, StoredResponse
 from streaming.ids import ITEM_PREFIXES, IdFactory
 
 _ITEMS = TypeAdapter(list[InputItem])
@@ -49,9 +49,11 @@ def _stored_item(item: Any, ids: IdFactory) -> dict[str, Any]:
     return data
 
 
-async def with_history(request: ResponsesRequest, store: ResponseStore | None) -> ResponsesRequest:
+async def with_history(request: ResponsesRequest, store: ResponseStore | None,
+                       earlier: Mapping[str, StoredResponse] | None = None) -> ResponsesRequest:
     """The request with the stored conversation before it: every earlier input and output, oldest first.
 
+    `earlier` holds responses kept outside the store (those made on a WebSocket connection), looked up first.
     Instructions are not inherited (as in OpenAI's API): only this request's apply.
     """
     if request.conversation is not None:
@@ -61,7 +63,9 @@ async def with_history(request: ResponsesRequest, store: ResponseStore | None) -
     chain = []
     response_id: str | None = request.previous_response_id
     while response_id is not None:
-        record = await store.get(response_id) if store is not None else None
+        record = (earlier or {}).get(response_id)
+        if record is None and store is not None:
+            record = await store.get(response_id)
         if record is None:
             raise NotFound(f"Previous response with id '{response_id}' not found.",
                            param="previous_response_id", code="previous_response_not_found")

@@ -154,6 +154,12 @@ class ResponseBuilder:
         """The terminal response, or an in-progress snapshot of what is finished so far."""
         return self._state.terminal or self._snapshot("in_progress")
 
+    @property
+    def in_tool_call(self) -> bool:
+        """A tool call is open: its arguments are still coming (no safe place to stop)."""
+        open_item = self._state.open_item
+        return open_item is not None and open_item.kind in ("function_call", "custom_tool_call")
+
     def start(self) -> list[ResponseStreamEvent]:
         """`response.created` then `response.in_progress`."""
         assert not self._state.started, "start() called twice"
@@ -200,7 +206,7 @@ class ResponseBuilder:
         """Close what is open and emit exactly one terminal event."""
         assert self._state.started and not self.finished, "finish() needs start() and runs once"
         events: list[ResponseStreamEvent] = []
-        cut = finished.reason != "stop"
+        cut = finished.reason not in ("stop", "prepared")
         if not self._state.items and self._state.open_item is None and finished.reason in ("stop", "length"):
             # An answer with no visible text is still one (empty) message.
             events.extend(self._open_item("message"))
@@ -403,12 +409,12 @@ class ResponseBuilder:
 
     def _terminal_event(self, finished: Finished) -> ResponseStreamEvent:
         usage = usage_model(finished)
-        if finished.reason == "stop":
+        if finished.reason in ("stop", "prepared"):
             response = self._snapshot("completed", usage=usage, completed_at=int(self._clock()))
             event = self._emit(ResponseCompletedEvent, type="response.completed", response=response)
-        elif finished.reason == "length":
-            response = self._snapshot("incomplete", usage=usage,
-                                      incomplete_details=IncompleteDetails(reason="max_output_tokens"))
+        elif finished.reason in ("length", "steered"):
+            reason = "max_output_tokens" if finished.reason == "length" else "steered"
+            response = self._snapshot("incomplete", usage=usage, incomplete_details=IncompleteDetails(reason=reason))
             event = self._emit(ResponseIncompleteEvent, type="response.incomplete", response=response)
         else:
             # There is no `response.cancelled` event: a cancelled response ends with response.failed

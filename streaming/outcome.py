@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 # stop: the model ended its answer; length: it hit max_output_tokens; abort: the engine aborted it; error: the
-# engine or a parser failed; cancelled: a client cancelled a background response.
-FinishReason = Literal["stop", "length", "abort", "error", "cancelled"]
+# engine or a parser failed; cancelled: a client cancelled a background response; prepared: nothing was generated (a
+# WebSocket `generate: false`); steered: stopped at a safe boundary for the client's steering input.
+FinishReason = Literal["stop", "length", "abort", "error", "cancelled", "prepared", "steered"]
 
 
 @dataclass(frozen=True)

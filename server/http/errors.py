@@ -62,67 +62,51 @@ def from_request_error(exc: RequestError) -> APIError:
     return APIError(exc.message, status=status, param=exc.param, code=exc.code)
 
 
-async def api_error_handler(request: Request, exc: APIError) -> JSONResponse:
-    logger.info("%s %s -> %d %s", request.method, request.url.path, exc.status, exc.message)
-    return exc.response()
+_KNOWN = (APIError, RequestValidationError, StarletteHTTPException, RequestError, Overloaded, Draining, GenerationFailed,
+          StoreRejected, StoreUnavailable)  # what `api_error_of` answers for what it is; anything else is a 500
 
 
-async def validation_error_handler(_: Request, exc: RequestValidationError) -> JSONResponse:
-    error = from_validation_error(exc)
-    return error.response()
+def api_error_of(exc: Exception) -> APIError:
+    """The answer to an exception raised while serving a request, on HTTP or a WebSocket (a 500 for one the server
+    did not expect)."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, RequestValidationError):
+        return from_validation_error(exc)
+    if isinstance(exc, RequestError):
+        return from_request_error(exc)
+    if isinstance(exc, StarletteHTTPException):
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return APIError(str(exc.detail), status=exc.status_code, type=kind)
+    if isinstance(exc, Overloaded):
+        return APIError(str(exc), status=429, type="requests", code="rate_limit_exceeded",
+                        headers={"Retry-After": str(exc.retry_after)})
+    if isinstance(exc, Draining):
+        return APIError(str(exc), status=503, type="server_error", code="server_shutting_down",
+                        headers={"Retry-After": str(exc.retry_after)})
+    if isinstance(exc, GenerationFailed):
+        return APIError(exc.message, status=500, type="server_error")
+    if isinstance(exc, StoreRejected):
+        return APIError("The request holds a value that cannot be stored or looked up (such as a NUL character in an "
+                        "id or name).")
+    if isinstance(exc, StoreUnavailable):
+        return APIError("The response store is unavailable; try again shortly.", status=503, type="server_error",
+                        code="store_unavailable", headers={"Retry-After": "5"})
+    return APIError("The server had an error while processing your request; it logged why.", status=500,
+                    type="server_error")
 
 
-async def http_error_handler(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-    error = APIError(str(exc.detail), status=exc.status_code, type=kind)
-    return error.response()
-
-
-async def request_error_handler(request: Request, exc: RequestError) -> JSONResponse:
-    return await api_error_handler(request, from_request_error(exc))
-
-
-async def overloaded_handler(_: Request, exc: Overloaded) -> JSONResponse:
-    error = APIError(str(exc), status=429, type="requests", code="rate_limit_exceeded")
-    return error.response({"Retry-After": str(exc.retry_after)})
-
-
-async def draining_handler(_: Request, exc: Draining) -> JSONResponse:
-    error = APIError(str(exc), status=503, type="server_error", code="server_shutting_down")
-    return error.response({"Retry-After": str(exc.retry_after)})
-
-
-async def generation_failed_handler(_: Request, exc: GenerationFailed) -> JSONResponse:
-    return APIError(exc.message, status=500, type="server_error").response()
-
-
-async def store_rejected_handler(_: Request, exc: StoreRejected) -> JSONResponse:
-    return APIError("The request holds a value that cannot be stored or looked up (such as a NUL character in an "
-                    "id or name).").response()
-
-
-async def store_unavailable_handler(_: Request, exc: StoreUnavailable) -> JSONResponse:
-    error = APIError("The response store is unavailable; try again shortly.", status=503, type="server_error",
-                     code="store_unavailable")
-    return error.response({"Retry-After": "5"})
-
-
-async def unexpected_error_handler(request: Request, exc: Exception) -> JSONResponse:
-    logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-    error = APIError("The server had an error while processing your request; it logged why.", status=500,
-                     type="server_error")
+async def error_handler(request: Request, exc: Exception) -> JSONResponse:
+    """Every error leaves as its OpenAI error body; one the server did not expect is logged with its traceback."""
+    error = api_error_of(exc)
+    if not isinstance(exc, _KNOWN):
+        logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    elif isinstance(exc, (APIError, RequestError)):
+        logger.info("%s %s -> %d %s", request.method, request.url.path, error.status, error.message)
     return error.response()
 
 
 def install(app: Any) -> None:
     """Register the handlers so every error leaves as an OpenAI error body."""
-    app.add_exception_handler(APIError, api_error_handler)
-    app.add_exception_handler(RequestValidationError, validation_error_handler)
-    app.add_exception_handler(StarletteHTTPException, http_error_handler)
-    app.add_exception_handler(RequestError, request_error_handler)
-    app.add_exception_handler(Overloaded, overloaded_handler)
-    app.add_exception_handler(Draining, draining_handler)
-    app.add_exception_handler(GenerationFailed, generation_failed_handler)
-    app.add_exception_handler(StoreRejected, store_rejected_handler)
-    app.add_exception_handler(StoreUnavailable, store_unavailable_handler)
-    app.add_exception_handler(Exception, unexpected_error_handler)
+    for kind in (*_KNOWN, Exception):
+        app.add_exception_handler(kind, error_handler)

@@ -57,12 +57,13 @@ class ResponseRun:
     token_text: Callable[[int], str] | None = None  # set when logprobs were asked for
     max_tool_calls: int | None = None  # generation stops (completed) after the call that reaches this
     slot: Slot | None = None  # this run's place under --max-concurrent-requests, released when it ends
+    generate: bool = True  # False: the response is prepared (rendered, validated) and completes with no output
 
     output_tokens: int = 0
     cached_tokens: int = 0
     prompt_tokens: int | None = None  # the prompt as the engine ran it (images expanded), once it says
     _calls: CallCounter = field(default_factory=CallCounter)
-    _stop_reason: str | None = None  # set by stop(): the run ends as response.failed
+    _stopping: Finished | None = None  # set by stop() or steer(): how the run ends, at its next safe step
     _waiting: asyncio.Task[Any] | None = None  # the task iterating this run, while it waits for the engine
 
     async def events(self) -> AsyncIterator[ResponseStreamEvent]:
@@ -105,9 +106,24 @@ class ResponseRun:
     def stop(self, reason: str) -> None:
         """End the run with a response.failed saying `reason`, its engine request aborted: at once if it is
         waiting for the engine (a long prefill, a queued request), else at its next step."""
-        self._stop_reason = reason
+        self._stop_at(Finished("error", error_message=reason))
+
+    def steer(self) -> None:
+        """End the run as incomplete (`steered`), its engine request aborted, at its next safe step: while it
+        waits for the engine, or after a step that leaves no tool call open."""
+        if self._stopping is None:
+            self._stop_at(Finished("steered"))
+
+    def _stop_at(self, finished: Finished) -> None:
+        self._stopping = finished
         if self._waiting is not None:
             self._waiting.cancel()  # `_next_step` turns this into the end of the steps
+
+    def _stops_after(self, step: EngineStep) -> bool:
+        """The run was asked to stop, and this step (the model has not finished) is a place to stop at."""
+        if self._stopping is None or step.finish_reason:
+            return False
+        return self._stopping.reason != "steered" or not self.builder.in_tool_call
 
     async def _next_step(self, steps: AsyncIterator[EngineStep]) -> EngineStep | None:
         """The engine's next step; None when there are no more, or when `stop()` interrupted the wait."""
@@ -117,7 +133,7 @@ class ResponseRun:
         except StopAsyncIteration:
             return None
         except asyncio.CancelledError:
-            if self._stop_reason is None or self._waiting is None:
+            if self._stopping is None or self._waiting is None:
                 raise  # the client went away (or a background cancel): not ours to absorb
             self._waiting.uncancel()
             return None
@@ -127,6 +143,10 @@ class ResponseRun:
     async def _events(self) -> AsyncIterator[ResponseStreamEvent]:
         for event in self.builder.start():
             yield event
+        if not self.generate:
+            for event in self._finish(Finished("prepared")):
+                yield event
+            return
         finished: Finished | None = None
         try:
             async with aclosing(self.engine.generate(self.request)) as steps:
@@ -144,19 +164,20 @@ class ResponseRun:
                     if self._calls.capped:  # the last call allowed has ended: the rest is not wanted (aborted)
                         finished = Finished("stop")
                         break
-                    if self._stop_reason is not None and not step.finish_reason:
-                        finished = Finished("error", error_message=self._stop_reason)
+                    if self._stops_after(step):
+                        finished = self._stopping
                         break
                     if step.finish_reason:
                         finished = Finished(step.finish_reason)
-            if self.parser.error is None and self.builder.error is None and not self._calls.capped:
+            if finished is None and self._stopping is not None:  # stopped while waiting for the engine
+                finished = self._stopping
+            steered = finished is not None and finished.reason == "steered"  # what the parser holds is dropped
+            if self.parser.error is None and self.builder.error is None and not self._calls.capped and not steered:
                 for event in self.builder.feed(self.parser.finish()):
                     yield event
         except Exception:  # the engine or a parser failed mid-stream: end as response.failed
             logger.exception("response %s failed", self.builder.response_id)
             finished = Finished("error", error_message=GENERATION_FAILED)  # the log has the details
-        if finished is None and self._stop_reason is not None:  # stopped while waiting for the engine
-            finished = Finished("error", error_message=self._stop_reason)
         finished = finished or Finished("error", error_message="the engine stopped without a finish reason")
         for event in self._finish(finished):
             yield event

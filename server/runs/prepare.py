@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, MutableMapping
 
 from server.compaction import compacted_response, summary_request
 from server.constraints.rules import output_rules
@@ -21,26 +21,35 @@ from server.runs.generation import ResponseRun
 from server.runs.stored_run import ConversationLink, StoredRun
 from server.sealed_items import open_sealed_items, reasoning_sealer
 from server.serving import ServingContext
+from server.store.interface import StoredResponse
 from server.truncation import render_to_fit
 from streaming.builder import ResponseBuilder
 
 
-async def prepare_stored_run(context: ServingContext, body: ResponsesRequest) -> StoredRun:
+async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
+                             earlier: MutableMapping[str, StoredResponse] | None = None,
+                             generate: bool = True) -> StoredRun:
     """The run for `POST /v1/responses`, with the conversation behind it and where it will be stored; it holds
-    its place under the concurrency limit."""
+    its place under the concurrency limit.
+
+    `earlier`: the responses of a WebSocket connection, where `previous_response_id` is looked up first and this
+    one is kept when it ends. `generate` False: it completes with no output, as a warm-up."""
     store = context.store if body.store else None
     if body.background and store is None:
         raise RequestError("Background responses must be stored (store: true, and a server with a store).",
                            param="background")
-    conversation = await conversation_of(context, body)
+    conversation = await conversation_of(context, body, earlier)
     run = prepare_run(context, conversation, body, await images_fetched(context, conversation, body))
+    run.generate = generate
     run.slot = context.admission.admit()  # last: a request refused for any other reason takes no place
     link = ConversationLink(context.store, body.conversation) if body.conversation and context.store else None
-    input_items = stored_input_items(body, context.ids) if store is not None or link is not None else []
+    keep_items = store is not None or link is not None or earlier is not None
+    input_items = stored_input_items(body, context.ids) if keep_items else []
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
     mode = "background" if body.background else "stream" if body.stream else "json"
     return StoredRun(run, store, input_items, body.previous_response_id, keep_event_log=keep_log,
-                     background=body.background, conversation=link, mode=mode, retry_later=context.pending_saves.add)
+                     background=body.background, conversation=link, mode=mode, retry_later=context.pending_saves.add,
+                     kept_in=earlier)
 
 
 async def input_token_count(context: ServingContext, body: ResponsesRequest) -> int:
@@ -80,9 +89,10 @@ async def prepare_compaction(context: ServingContext, body: ResponsesRequest) ->
     return CompactionRun(StoredRun(run, None, keep_event_log=False), conversation, context)
 
 
-async def conversation_of(context: ServingContext, body: ResponsesRequest) -> ResponsesRequest:
+async def conversation_of(context: ServingContext, body: ResponsesRequest,
+                          earlier: Mapping[str, StoredResponse] | None = None) -> ResponsesRequest:
     """The request with its stored history before it and sealed items opened: what the model sees."""
-    return open_sealed_items(await with_history(body, context.store), context.sealer)
+    return open_sealed_items(await with_history(body, context.store, earlier), context.sealer)
 
 
 async def images_fetched(context: ServingContext, conversation: ResponsesRequest,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, MutableMapping
 
 from openai.types.responses import Response, ResponseFailedEvent, ResponseStreamEvent
 
@@ -58,6 +58,7 @@ class StoredRun:
     _saved: int = 0  # how many of the log's first events the store holds (a background log is written as it grows)
     owner: str | None = None  # the replica generating it, for a background response
     retry_later: Callable[["StoredRun"], None] | None = None  # takes an ending the store refused, to store it later
+    kept_in: MutableMapping[str, StoredResponse] | None = None  # its WebSocket connection's responses, when ended
     _end_saved: bool = False
     _conversation_added: bool = False
     _taken_over: Response | None = None  # the stored ending, when another replica failed this response
@@ -78,6 +79,8 @@ class StoredRun:
                 if event.type in TERMINAL_EVENTS:
                     timing.ended(str(self.run.response().status), self.run.output_tokens)
                     event, data = await self._stored_ending(event, data)  # before the client can see the end
+                    if self.kept_in is not None:
+                        self.kept_in[self.response_id] = self._record()
                 yield event, data
         except (asyncio.CancelledError, GeneratorExit):
             timing.gone(self.background, self.run.output_tokens)
