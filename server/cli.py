@@ -77,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cap the output of a request that sets no max_output_tokens (default: none, or "
                              f"{BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS} for the bundled model, which can ramble until its "
                              "context is full)")
+    server.add_argument("--no-websocket", dest="websocket", action="store_false",
+                        help="turn WebSocket mode off: an upgrade on /v1/responses gets a 426, and clients such as "
+                        "Codex fall back to HTTP")
+    server.add_argument("--websocket-max-seconds", type=float, default=3600.0, metavar="SECONDS",
+                        help="a WebSocket connection's lifetime, as OpenAI's (default 60 minutes); its responses "
+                        "finish, then it ends with websocket_connection_limit_reached")
     server.add_argument("--uvicorn-log-level", default="info", help="uvicorn log level")
     vllm_engine.add_engine_arguments(parser)
     # vLLM's own --shutdown-timeout (0 = abort) also bounds how long running responses may finish on SIGTERM
@@ -174,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         send_timeout_seconds=args.send_timeout,
         default_max_output_tokens=args.default_max_output_tokens,
         allowed_media_domains=tuple(getattr(args, "allowed_media_domains", None) or ()),  # vLLM's flag, read too
+        websocket=args.websocket,
+        websocket_max_seconds=args.websocket_max_seconds,
     )
     try:
         store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count),
@@ -191,4 +199,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     app = create_app(context)
     print(f"[responses-server] serving '{config.served_model_name}' on http://{args.host}:{args.port}/v1",
           file=sys.stderr, flush=True)
-    serve(app, context.admission, args.host, args.port, args.uvicorn_log_level, args.shutdown_timeout)
+    serve(app, context.admission, args.host, args.port, args.uvicorn_log_level, args.shutdown_timeout,
+          max_frame_bytes=args.max_body_bytes)

@@ -21,3 +21,5 @@ class ServerConfig:
     send_timeout_seconds: float | None = 60.0  # a stream whose client reads nothing for this long is ended
     default_max_output_tokens: int | None = None  # the cap of a request that sets no max_output_tokens
     allowed_media_domains: tuple[str, ...] = ()  # hosts image URLs may be fetched from (none: data URLs only)
+    websocket: bool = True  # WebSocket mode on GET /v1/responses (off: an upgrade gets 426, clients fall back to HTTP)
+    websocket_max_seconds: float = 3600.0  # a connection's lifetime, as OpenAI's (then websocket_connection_limit_reached)

@@ -21,6 +21,9 @@ TIME_TO_FIRST_TOKEN = Histogram("responses_server_time_to_first_token_seconds",
 RESPONSE_DURATION = Histogram("responses_server_response_duration_seconds",
                               "From the start of a response to its terminal event", buckets=_DURATION_BUCKETS)
 OUTPUT_TOKENS = Counter("responses_server_output_tokens", "Tokens generated for responses")
+WEBSOCKET_CONNECTIONS = Gauge("responses_server_websocket_connections", "WebSocket connections open now")
+WEBSOCKET_EVENTS = Counter("responses_server_websocket_events", "WebSocket events, by direction (in: client events, "
+                           "out: server events) and type", ["direction", "type"])
 ACTIVE_STREAMS = Gauge("responses_server_active_streams", "SSE streams open now")
 CLIENT_DISCONNECTS = Counter("responses_server_client_disconnects",
                              "Responses whose client went away before the end (their engine requests were aborted)")

@@ -14,6 +14,8 @@ from server.serving import ServingContext
 from server.http.conversation_routes import router as conversation_router
 from server.http.routes import router
 from server.http.stored_routes import router as stored_router
+from server.http.websocket import OpenSockets
+from server.http.websocket import router as websocket_router
 
 
 def create_app(context: ServingContext) -> FastAPI:
@@ -36,6 +38,7 @@ def create_app(context: ServingContext) -> FastAPI:
 
     app = FastAPI(title="responses-server", lifespan=lifespan)
     app.state.context = context
+    app.state.sockets = OpenSockets()
     app.add_middleware(BodySizeLimit, max_bytes=context.config.max_body_bytes)
     open_paths = OPEN_PATHS - {"/metrics"} if context.config.metrics_need_key else OPEN_PATHS
     app.add_middleware(APIKeyMiddleware, keys=context.config.api_keys, open_paths=open_paths)
@@ -45,4 +48,5 @@ def create_app(context: ServingContext) -> FastAPI:
     app.include_router(router)
     app.include_router(stored_router)
     app.include_router(conversation_router)
+    app.include_router(websocket_router)
     return app

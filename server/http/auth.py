@@ -23,8 +23,8 @@ class APIKeyMiddleware:
         self._open_paths = open_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self._keys and scope["path"] not in self._open_paths:
-            if not self._accepts(_authorization(scope)):
+        if scope["type"] in ("http", "websocket") and self._keys and scope["path"] not in self._open_paths:
+            if not self._accepts(_authorization(scope)):  # a WebSocket is refused before its upgrade, as HTTP
                 error = APIError("Incorrect API key provided.", status=401, code="invalid_api_key")
                 await error.response({"WWW-Authenticate": "Bearer"})(scope, receive, send)
                 return

@@ -1,5 +1,6 @@
 """uvicorn with a graceful shutdown: on SIGTERM it stops accepting, lets running responses finish for
-`--shutdown-timeout` seconds, ends the rest with response.failed (never a cut stream), then exits 0."""
+`--shutdown-timeout` seconds, ends the rest with response.failed (never a cut stream), closes WebSockets with 1001,
+then exits 0."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 import signal
 import socket
 from types import FrameType
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import uvicorn
 from sse_starlette.sse import AppStatus
@@ -22,11 +23,13 @@ _GRACE_SECONDS = 15  # beyond the drain, for stopped streams to send their last 
 class GracefulServer(uvicorn.Server):
     """A uvicorn server that drains the process's responses before uvicorn's own shutdown."""
 
-    def __init__(self, config: uvicorn.Config, admission: Admission, timeout: float) -> None:
+    def __init__(self, config: uvicorn.Config, admission: Admission, timeout: float,
+                 close_sockets: Callable[[], Awaitable[None]]) -> None:
         config.timeout_graceful_shutdown = timeout + _GRACE_SECONDS
         super().__init__(config)
         self._admission = admission
         self._timeout = timeout
+        self._close_sockets = close_sockets
         AppStatus.disable_automatic_graceful_drain()  # sse-starlette would cut every stream at the signal
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -43,9 +46,12 @@ class GracefulServer(uvicorn.Server):
         if stopped:
             logger.info("shutting down: %d response(s) ended as failed after the shutdown timeout", stopped)
         AppStatus.should_exit = True  # every response has ended: streams still open (replays) may close now
+        await self._close_sockets()  # WebSockets close with 1001 ("going away"), not uvicorn's 1012
         await super().shutdown(sockets)
 
 
-def serve(app: Any, admission: Admission, host: str, port: int, log_level: str, shutdown_timeout: float) -> None:
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
-    GracefulServer(config, admission, shutdown_timeout).run()
+def serve(app: Any, admission: Admission, host: str, port: int, log_level: str, shutdown_timeout: float,
+          max_frame_bytes: int) -> None:
+    """Serve `app` (made by `create_app`) until SIGTERM or SIGINT; WebSocket frames up to `max_frame_bytes`."""
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, ws_max_size=max_frame_bytes)
+    GracefulServer(config, admission, shutdown_timeout, app.state.sockets.close_all).run()

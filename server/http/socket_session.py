@@ -1,0 +1,155 @@
+"""One WebSocket connection in WebSocket mode: its client events, its lanes (FIFO per `stream_id`) and the responses
+made on it, which `previous_response_id` finds without the store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from pydantic import ValidationError
+
+from server.http.errors import APIError, api_error_of, from_validation_error
+from server.metrics import CLIENT_ERRORS, WEBSOCKET_EVENTS
+from server.requests import ResponsesRequest
+from server.runs.prepare import prepare_stored_run
+from server.runs.stored_run import StoredRun
+from server.serving import ServingContext
+from server.store.interface import StoredResponse
+
+logger = logging.getLogger(__name__)
+MAX_WAITING_PER_LANE = 8  # response.create events queued behind a lane's running one; past it, an error
+_CLIENT_EVENTS = ("response.create", "response.steer")
+_HTTP_ONLY = ("background", "background_options")  # refused over the socket, as the SDK documents
+
+Send = Callable[[str], Awaitable[None]]
+
+
+@dataclass
+class Lane:
+    """The responses of one `stream_id`, run one at a time in the order they were asked for."""
+
+    stream_id: str | None
+    turn: asyncio.Lock = field(default_factory=asyncio.Lock)  # FIFO: asyncio's lock wakes waiters in order
+    waiting: int = 0
+    running: StoredRun | None = None
+
+    def tagged(self, data: str) -> str:
+        """An event's JSON with the lane's `stream_id` echoed (the JSON is an object: it ends with `}`)."""
+        if self.stream_id is None:
+            return data
+        return f'{data[:-1]},"stream_id":{json.dumps(self.stream_id)}}}'
+
+
+@dataclass
+class SocketSession:
+    """A connection's state; `receive` takes each text frame, `send` writes each server event."""
+
+    context: ServingContext
+    send: Send
+    responses: dict[str, StoredResponse] = field(default_factory=dict)  # made on this connection, by id
+    lanes: dict[str | None, Lane] = field(default_factory=dict)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def receive(self, text: str) -> None:
+        """One client frame: a `response.create` is queued on its lane; anything else wrong is an `error` event."""
+        try:
+            event = json.loads(text)
+        except ValueError:
+            return await self.error(APIError("The frame is not JSON: send each client event as a JSON text frame.",
+                                             code="invalid_json"))
+        if not isinstance(event, dict):
+            return await self.error(APIError("A client event is a JSON object with a `type`.", code="invalid_event"))
+        kind = event.get("type")
+        WEBSOCKET_EVENTS.labels("in", kind if kind in _CLIENT_EVENTS else "unknown").inc()
+        if kind == "response.create":
+            return await self._queue(event)
+        await self.error(APIError(f"Unknown client event type {json.dumps(kind)[:80]}; this server takes "
+                                  "`response.create` and `response.steer`.", param="type", code="unknown_event"))
+
+    async def error(self, exc: Exception, lane: Lane | None = None) -> None:
+        """An `error` event in the SDK's shape (`ResponseWsError`), with the status HTTP would have answered."""
+        error = api_error_of(exc)
+        if error.status >= 500 and not isinstance(exc, APIError):
+            logger.warning("a WebSocket request failed: %s", error.message, exc_info=error.status == 500)
+        if 400 <= error.status < 500:
+            CLIENT_ERRORS.labels(str(error.status), error.code or error.type).inc()
+        WEBSOCKET_EVENTS.labels("out", "error").inc()
+        body: dict[str, Any] = {"type": "error", "status": error.status, "error": {
+            "type": error.type, "code": error.code or error.type, "message": error.message, "param": error.param}}
+        if error.headers:
+            body["error"]["headers"] = error.headers
+        data = json.dumps(body)
+        await self.send(lane.tagged(data) if lane is not None else data)
+
+    async def finish(self) -> None:
+        """Wait until the responses running and waiting on every lane have ended."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """The connection has closed: its running responses are cancelled (and so their engine requests)."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    @property
+    def idle(self) -> bool:
+        return not self._tasks
+
+    async def _queue(self, event: dict[str, Any]) -> None:
+        stream_id = event.get("stream_id")
+        if stream_id is not None and not isinstance(stream_id, str):
+            return await self.error(APIError("stream_id must be a string.", param="stream_id"))
+        lane = self.lanes.setdefault(stream_id, Lane(stream_id))
+        if lane.waiting >= MAX_WAITING_PER_LANE:
+            return await self.error(APIError(
+                f"This lane already has {MAX_WAITING_PER_LANE} responses waiting; wait for one to finish, or send "
+                "on another stream_id.", status=429, type="requests", code="rate_limit_exceeded"), lane)
+        lane.waiting += 1
+        task = asyncio.create_task(self._turn(lane, event))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _turn(self, lane: Lane, event: dict[str, Any]) -> None:
+        """Prepare and stream one response when its turn on the lane comes."""
+        async with lane.turn:
+            lane.waiting -= 1
+            try:
+                await self._run(lane, event)
+            except Exception as exc:  # the connection is gone: the run was closed (its engine request aborted)
+                logger.info("a WebSocket response ended early: %s", exc or type(exc).__name__)
+
+    async def _run(self, lane: Lane, event: dict[str, Any]) -> None:
+        try:
+            body, generate = create_request(event)
+            stored = await prepare_stored_run(self.context, body, self.responses, generate)
+        except Exception as exc:  # answered as HTTP would (a 4xx names the field); the socket stays open
+            return await self.error(exc, lane)
+        lane.running = stored
+        try:
+            async for sent, data in stored.events():
+                WEBSOCKET_EVENTS.labels("out", sent.type).inc()
+                await self.send(lane.tagged(data))
+        finally:
+            lane.running = None
+
+
+def create_request(event: dict[str, Any]) -> tuple[ResponsesRequest, bool]:
+    """A `response.create` event as the body `POST /v1/responses` would take (streamed), and whether to generate."""
+    refused = [name for name in _HTTP_ONLY if event.get(name)]
+    if refused:
+        raise APIError(f"{refused[0]} is not supported over WebSocket; use POST /v1/responses for background "
+                       "responses.", param=refused[0])
+    generate = event.get("generate")
+    if generate is not None and not isinstance(generate, bool):
+        raise APIError("generate must be a boolean.", param="generate")
+    options = event.get("prompt_cache_options")
+    prewarm = isinstance(options, dict) and options.get("prewarm") is True  # overrides generate, as documented
+    body = {key: value for key, value in event.items() if key not in ("type", "stream_id", "generate")}
+    try:
+        request = ResponsesRequest.model_validate({**body, "stream": True})
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+    return request, generate is not False and not prewarm

@@ -1,0 +1,284 @@
+"""WebSocket mode on the real app and a real socket, with a scripted engine: the SDK's `responses.connect()`, lanes,
+per-connection state, warm-ups, errors, auth, a closed socket, and the switch that turns it off."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, Iterator
+
+import httpx
+import pytest
+from openai import AsyncOpenAI, OpenAI
+from pydantic import TypeAdapter
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect as ws_connect
+
+from server.config import ServerConfig
+from server.http.app import create_app
+from server.serving import ServingContext
+from server.store.sqlite import SqliteStore
+from streaming.ids import counting_ids
+from tests.conftest import serve_in_thread
+from tests.openresponses import check_event
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+from tests.validator import validate_events
+from openai.types.responses import ResponsesServerEvent
+
+MODEL = "test-model"
+SERVER_EVENT = TypeAdapter(ResponsesServerEvent)
+
+
+def tokens(tokenizer: Any, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+
+
+class Socket:
+    """A raw WebSocket to the server (the `websockets` library, as the SDK uses it), reading JSON events."""
+
+    def __init__(self, base_url: str, **options: Any) -> None:
+        self.ws = ws_connect(base_url.replace("http://", "ws://") + "/responses", **options)
+
+    def send(self, event: Any) -> None:
+        self.ws.send(event if isinstance(event, (str, bytes)) else json.dumps(event))
+
+    def recv(self, timeout: float = 30) -> dict[str, Any]:
+        return json.loads(self.ws.recv(timeout=timeout))
+
+    def until_terminal(self, stream_id: str | None = None) -> list[dict[str, Any]]:
+        """The events of one response (of one lane, when given), through its terminal event or an error."""
+        events = []
+        while True:
+            event = self.recv()
+            if stream_id is not None and event.get("stream_id") != stream_id:
+                continue
+            events.append(event)
+            if event["type"] in ("response.completed", "response.incomplete", "response.failed", "error"):
+                return events
+
+
+def checked(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every event as the SDK parses it and as the spec has it (without the lane's `stream_id`, WebSocket-only)."""
+    for event in events:
+        SERVER_EVENT.validate_python(event)
+        if event["type"] != "error":
+            check_event({key: value for key, value in event.items() if key != "stream_id"})
+    return events
+
+
+class Served:
+    def __init__(self, engine: ScriptedEngine, base_url: str) -> None:
+        self.engine, self.base_url = engine, base_url
+        self.client = OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+
+
+@pytest.fixture()
+def served(tokenizer: Any) -> Iterator[Served]:
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(tokens(tokenizer, "Hi there."), [2])])
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
+                             ids=counting_ids())
+    with serve_in_thread(create_app(context)) as base_url:
+        yield Served(engine, base_url)
+
+
+def test_sdk_connect_two_turns_chained_with_store_false(served: Served, tokenizer: Any) -> None:
+    served.engine.scripts = [steps_from_tokens(tokens(tokenizer, "Paris."), [1]),
+                             steps_from_tokens(tokens(tokenizer, "About two million."), [1, 3])]
+    with served.client.responses.connect() as conn:
+        conn.response.create(model=MODEL, input="Capital of France?", store=False)
+        first = [event.to_dict() for event in _until_terminal(conn)]
+        conn.response.create(model=MODEL, input="How many live there?", store=False,
+                             previous_response_id=first[-1]["response"]["id"])
+        second = [event.to_dict() for event in _until_terminal(conn)]
+    assert validate_events(checked(first)).output_text == "Paris."
+    assert validate_events(checked(second)).output_text == "About two million."
+    # Turn 2's prompt extends turn 1's prompt and output, token for token.
+    turn1, turn2 = served.engine.requests
+    answered = tokenizer.encode("Paris.", add_special_tokens=False)
+    assert turn2.prompt_token_ids[:len(turn1.prompt_token_ids)] == turn1.prompt_token_ids
+    assert tokenizer.decode(turn2.prompt_token_ids).count("Capital of France?") == 1
+    assert _contains(turn2.prompt_token_ids, answered)
+
+
+def _until_terminal(conn: Any) -> list[Any]:
+    events = []
+    for event in conn:
+        events.append(event)
+        if event.type in ("response.completed", "response.incomplete", "response.failed", "error"):
+            return events
+    raise AssertionError("the connection closed before the terminal event")
+
+
+def _contains(tokens: list[int], part: list[int]) -> bool:
+    return any(tokens[i:i + len(part)] == part for i in range(len(tokens) - len(part) + 1))
+
+
+def test_async_sdk_connect_warm_up_then_a_turn(served: Served, tokenizer: Any) -> None:
+    async def run() -> tuple[list[Any], list[Any]]:
+        client = AsyncOpenAI(base_url=served.base_url, api_key="unused", max_retries=0)
+        async with client.responses.connect() as conn:
+            await conn.response.create(model=MODEL, input="You are terse.", store=False, generate=False)
+            warm = await _async_until_terminal(conn)
+            await conn.response.create(model=MODEL, input="Hello?", store=False,
+                                       previous_response_id=warm[-1].response.id)
+            return warm, await _async_until_terminal(conn)
+
+    warm, turn = asyncio.run(run())
+    warmed = validate_events(checked([event.to_dict() for event in warm]))
+    assert warmed.status == "completed" and warmed.output == [] and warmed.usage.output_tokens == 0
+    assert warmed.usage.input_tokens > 0
+    assert validate_events(checked([event.to_dict() for event in turn])).output_text == "Hi there."
+    assert len(served.engine.requests) == 1  # the warm-up generated nothing
+    assert "You are terse." in served.engine.tokenizer.decode(served.engine.requests[0].prompt_token_ids)
+
+
+async def _async_until_terminal(conn: Any) -> list[Any]:
+    events = []
+    async for event in conn:
+        events.append(event)
+        if event.type in ("response.completed", "response.incomplete", "response.failed", "error"):
+            return events
+    raise AssertionError("the connection closed before the terminal event")
+
+
+def test_lanes_run_at_once_and_echo_their_stream_id(served: Served, tokenizer: Any) -> None:
+    served.engine.step_delay = 0.05
+    served.engine.scripts = [steps_from_tokens(tokens(tokenizer, "one two three four"), [1, 2, 3])]
+    socket = Socket(served.base_url)
+    for lane in ("a", "b"):
+        socket.send({"type": "response.create", "model": MODEL, "input": f"lane {lane}", "stream_id": lane})
+    events: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
+    order = []
+    while len(order) < 2 or "response.completed" not in order[-1:] or order.count("response.completed") < 2:
+        event = socket.recv()
+        events[event["stream_id"]].append(event)
+        order.append(event["type"])
+    for lane in events.values():
+        assert validate_events(checked(lane)).output_text == "one two three four"
+    # Both ran at once: the second response was created before the first ended.
+    assert order.index("response.completed") > [i for i, kind in enumerate(order) if kind == "response.created"][1]
+
+
+def test_one_lane_runs_its_requests_in_order(served: Served, tokenizer: Any) -> None:
+    served.engine.step_delay = 0.02
+    served.engine.scripts = [steps_from_tokens(tokens(tokenizer, "first"), [1]),
+                             steps_from_tokens(tokens(tokenizer, "second"), [1])]
+    socket = Socket(served.base_url)
+    socket.send({"type": "response.create", "model": MODEL, "input": "1", "stream_id": "x"})
+    socket.send({"type": "response.create", "model": MODEL, "input": "2", "stream_id": "x"})
+    first, second = socket.until_terminal(), socket.until_terminal()
+    assert [e["sequence_number"] for e in first] == list(range(len(first)))  # not interleaved
+    assert validate_events(checked(first)).output_text == "first"
+    assert validate_events(checked(second)).output_text == "second"
+
+
+def test_errors_are_events_and_the_socket_stays_open(served: Served) -> None:
+    socket = Socket(served.base_url)
+    cases = [
+        ({"type": "response.create", "model": MODEL, "input": []}, 400, "input"),
+        ({"type": "response.create", "model": MODEL, "input": "hi", "previous_response_id": "resp_nope"}, 404,
+         "previous_response_id"),
+        ({"type": "response.create", "model": "other", "input": "hi"}, 404, "model"),
+        ({"type": "response.create", "model": MODEL, "input": "hi", "background": True}, 400, "background"),
+        ({"type": "response.create", "model": MODEL, "input": "hi", "temperature": "hot"}, 400, "temperature"),
+        ({"type": "session.update"}, 400, "type"),
+        ("not json", 400, None),
+        ([1, 2], 400, None),
+        (b"\x00binary", 400, None),
+    ]
+    for event, status, param in cases:
+        socket.send(event)
+        error = socket.recv()
+        assert error["type"] == "error" and error["status"] == status and error["error"]["param"] == param, error
+        assert error["error"]["code"] and error["error"]["message"]
+        SERVER_EVENT.validate_python(error)
+    found = [e for e in cases if e[1] == 404][0]
+    socket.send(found[0])
+    assert socket.recv()["error"]["code"] == "previous_response_not_found"
+    socket.send({"type": "response.create", "model": MODEL, "input": "still there?"})
+    assert socket.until_terminal()[-1]["type"] == "response.completed"
+
+
+def test_a_full_lane_refuses_more(served: Served, tokenizer: Any) -> None:
+    served.engine.step_delay = 0.2
+    socket = Socket(served.base_url)
+    for _ in range(10):
+        socket.send({"type": "response.create", "model": MODEL, "input": "hi", "stream_id": "busy"})
+    errors = []
+    completed = 0
+    while completed + len(errors) < 10:
+        event = socket.recv()
+        if event["type"] == "error":
+            errors.append(event)
+        completed += event["type"] == "response.completed"
+    assert len(errors) == 1 and errors[0]["status"] == 429 and errors[0]["stream_id"] == "busy"
+    assert errors[0]["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_a_closed_socket_aborts_its_engine_request(served: Served, tokenizer: Any) -> None:
+    served.engine.step_delay = 0.1
+    served.engine.scripts = [steps_from_tokens(tokens(tokenizer, "a b c d e f g h i j k l"), list(range(1, 12)))]
+    socket = Socket(served.base_url)
+    socket.send({"type": "response.create", "model": MODEL, "input": "go"})
+    while socket.recv()["type"] != "response.output_text.delta":
+        pass
+    socket.ws.close()
+    deadline = time.monotonic() + 10
+    while not served.engine.aborted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert served.engine.aborted == [served.engine.requests[0].request_id]
+
+
+def test_the_upgrade_needs_the_api_key_and_can_be_switched_off(tokenizer: Any) -> None:
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(tokens(tokenizer, "ok"), [])])
+    keyed = ServingContext(config=ServerConfig(served_model_name=MODEL, api_keys=("sk-right",)),
+                           engine_factory=lambda: engine)
+    with serve_in_thread(create_app(keyed)) as base_url:
+        with pytest.raises(InvalidStatus) as refused:
+            Socket(base_url, additional_headers={"Authorization": "Bearer sk-wrong"})
+        assert refused.value.response.status_code == 401
+        assert json.loads(refused.value.response.body)["error"]["code"] == "invalid_api_key"
+        socket = Socket(base_url, additional_headers={"Authorization": "Bearer sk-right"})
+        socket.send({"type": "response.create", "model": MODEL, "input": "hi"})
+        assert socket.until_terminal()[-1]["type"] == "response.completed"
+    off = ServingContext(config=ServerConfig(served_model_name=MODEL, websocket=False), engine_factory=lambda: engine)
+    with serve_in_thread(create_app(off)) as base_url:
+        with pytest.raises(InvalidStatus) as refused:
+            Socket(base_url)
+        assert refused.value.response.status_code == 426
+        assert httpx.post(f"{base_url}/responses", json={"model": MODEL, "input": "hi"}).status_code == 200
+
+
+def test_the_connection_ends_at_its_time_limit_after_its_response(tokenizer: Any) -> None:
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(tokens(tokenizer, "a b c d"), [1, 2, 3])],
+                            step_delay=0.3)
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL, websocket_max_seconds=0.5),
+                             engine_factory=lambda: engine)
+    with serve_in_thread(create_app(context)) as base_url:
+        socket = Socket(base_url)
+        socket.send({"type": "response.create", "model": MODEL, "input": "hi"})
+        assert socket.until_terminal()[-1]["type"] == "response.completed"  # it ran past the limit, whole
+        error = socket.recv()
+        assert error["type"] == "error" and error["error"]["code"] == "websocket_connection_limit_reached"
+        SERVER_EVENT.validate_python(error)
+        with pytest.raises(Exception):
+            socket.recv(timeout=5)
+        assert socket.ws.close_code == 1000
+
+
+def test_stored_chains_and_socket_chains_meet(tokenizer: Any, tmp_path: Any) -> None:
+    """A response made over HTTP and stored continues on the socket (the store is the fallback), and one made on
+    the socket with store true is readable over HTTP."""
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(tokens(tokenizer, "Stored."), [])])
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
+                             store=SqliteStore(tmp_path / "responses.db"))
+    with serve_in_thread(create_app(context)) as base_url:
+        client = OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        first = client.responses.create(model=MODEL, input="first")
+        socket = Socket(base_url)
+        socket.send({"type": "response.create", "model": MODEL, "input": "second", "previous_response_id": first.id})
+        done = socket.until_terminal()[-1]
+        assert done["type"] == "response.completed"
+        assert "first" in tokenizer.decode(engine.requests[-1].prompt_token_ids)
+        assert client.responses.retrieve(done["response"]["id"]).status == "completed"
