@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,17 +31,22 @@ def write_recordings(path: Path, outputs: list[list[int]]) -> Path:
 
 
 def codex_two_calls(codex: Path, tmp_path: Path, server_args: list[str], model: str,
-                    decode: Callable[[list[int]], str]) -> None:
-    """Run Codex through a proxy that strips reasoning plaintext; check the loop and the prompts the model saw."""
+                    decode: Callable[[list[int]], str], websocket: bool = False) -> list[Recording]:
+    """Run Codex, over HTTP through a proxy that strips reasoning plaintext, or over a WebSocket; check the loop and
+    the prompts the model saw, and give the engine's recordings."""
     prompts = tmp_path / "prompts.jsonl"
     server = RunningServer([*server_args, "--record-engine-output", str(prompts)], tmp_path / "server.log")
     proxy = RecordingProxy(server.base_url, strip_reasoning_text=True)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "notes.txt").write_text("hello\n")
     try:
-        with serve_in_thread(proxy.app()) as proxy_url:
-            (tmp_path / "work").mkdir()
-            (tmp_path / "work" / "notes.txt").write_text("hello\n")
-            run = run_codex(codex, proxy_url, model, tmp_path, "How many files are here?",
-                            "--dangerously-bypass-approvals-and-sandbox")
+        if websocket:
+            run = run_codex(codex, server.base_url, model, tmp_path, "How many files are here?",
+                            "--dangerously-bypass-approvals-and-sandbox", websockets=True)
+        else:
+            with serve_in_thread(proxy.app()) as proxy_url:
+                run = run_codex(codex, proxy_url, model, tmp_path, "How many files are here?",
+                                "--dangerously-bypass-approvals-and-sandbox")
     finally:
         server.stop()
     events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
@@ -48,22 +56,49 @@ def codex_two_calls(codex: Path, tmp_path: Path, server_args: list[str], model: 
     assert [c["exit_code"] for c in commands] == [0, 0] and commands[0]["aggregated_output"] == "notes.txt\n"
     assert [e["item"]["text"] for e in events if e["type"] == "item.completed"
             and e["item"]["type"] == "agent_message"] == [ANSWER]
-    # What Codex sent: stateless, and (after the proxy) reasoning only as encrypted_content.
-    bodies = [b for b in proxy.bodies if "input" in b]
+    if websocket:
+        check_socket_turns((tmp_path / "server.log").read_text())
+    else:
+        check_stateless_bodies(proxy.bodies)
+    # What the model was shown: the first reasoning in the second and third prompts, the second in the third.
+    recordings = read_recordings(prompts)
+    shown = [decode(recording.prompt_token_ids) for recording in recordings]
+    assert len(shown) == 3
+    assert FIRST not in shown[0] and FIRST in shown[1] and FIRST in shown[2]
+    assert SECOND not in shown[1] and SECOND in shown[2]
+    return recordings
+
+
+def check_stateless_bodies(bodies: list[dict[str, Any]]) -> None:
+    """What Codex sent over HTTP: stateless, and (after the proxy) reasoning only as encrypted_content."""
+    bodies = [b for b in bodies if "input" in b]
     assert len(bodies) == 3 and all(b["store"] is False for b in bodies)
     assert all("reasoning.encrypted_content" in b["include"] for b in bodies)
     for body, count in zip(bodies[1:], (1, 2)):
         reasoning = [item for item in body["input"] if item.get("type") == "reasoning"]
         assert len(reasoning) == count and all(r["encrypted_content"].startswith("rsv1.") for r in reasoning)
         assert all("content" not in r and r["summary"] == [] for r in reasoning)
-    # What the model was shown: the first reasoning in the second and third prompts, the second in the third.
-    shown = [decode(recording.prompt_token_ids) for recording in read_recordings(prompts)]
-    assert len(shown) == 3
-    assert FIRST not in shown[0] and FIRST in shown[1] and FIRST in shown[2]
-    assert SECOND not in shown[1] and SECOND in shown[2]
 
 
-def test_codex_two_tool_calls_on_harmony_with_encrypted_reasoning(codex: Path, tmp_path: Path) -> None:
+def check_socket_turns(log: str) -> None:
+    """The server's log: every turn went over one socket, a warm-up first, then each turn chained to the last
+    with store false (the history came from the connection, not from the store)."""
+    turns = re.findall(r"WebSocket response.create -> (\S+) \(lane None, previous_response_id (\S+), store False, "
+                       r"generate (\w+)", log)
+    assert [generate for _, _, generate in turns] == ["False", "True", "True", "True"], log[-3000:]
+    assert [previous for _, previous, _ in turns] == ["None"] + [turn_id for turn_id, _, _ in turns[:-1]]
+    assert log.count('"WebSocket /v1/responses" [accepted]') == 1 and "POST /v1/responses " not in log
+
+
+def extends_token_for_token(recordings: list[Recording]) -> None:
+    """Each turn's prompt starts with the previous turn's prompt and output, token for token."""
+    for before, after in zip(recordings, recordings[1:]):
+        grown = before.prompt_token_ids + [token for step in before.steps for token in step]
+        assert after.prompt_token_ids[:len(grown)] == grown
+
+
+@pytest.mark.parametrize("websocket", [False, True], ids=["http", "websocket"])
+def test_codex_two_tool_calls_on_harmony_with_encrypted_reasoning(codex: Path, tmp_path: Path, websocket: bool) -> None:
     from server.paths.harmony import harmony_encoding
     from tests.test_harmony import CALL, completion
 
@@ -74,8 +109,10 @@ def test_codex_two_tool_calls_on_harmony_with_encrypted_reasoning(codex: Path, t
         completion(("analysis", None, "Done."), ("final", None, ANSWER)),
     ])
     encoding = harmony_encoding()
-    codex_two_calls(codex, tmp_path, ["--harmony", "--replay-engine-output", str(recordings)], "gpt-oss",
-                    lambda ids: encoding.decode(ids))
+    recorded = codex_two_calls(codex, tmp_path, ["--harmony", "--replay-engine-output", str(recordings)], "gpt-oss",
+                               lambda ids: encoding.decode(ids), websocket)
+    if websocket:
+        extends_token_for_token(recorded)
     assert FIRST in encoding.decode(read_recordings(tmp_path / "prompts.jsonl")[1].prompt_token_ids).split(
         "<|channel|>analysis<|message|>", 1)[1]  # as an analysis message, where harmony keeps it before a call
 
@@ -89,9 +126,10 @@ def think_model(bundled_model: Path, directory: Path) -> Path:
     return directory
 
 
+@pytest.mark.parametrize("websocket", [False, True], ids=["http", "websocket"])
 def test_codex_two_tool_calls_on_a_think_template_with_encrypted_reasoning(codex: Path, tmp_path: Path,
-                                                                           bundled_model: Path,
-                                                                           tokenizer: Any) -> None:
+                                                                           bundled_model: Path, tokenizer: Any,
+                                                                           websocket: bool) -> None:
     model = think_model(bundled_model, tmp_path / "think-model")
 
     def output(thought: str, rest: str) -> list[int]:
@@ -103,9 +141,52 @@ def test_codex_two_tool_calls_on_a_think_template_with_encrypted_reasoning(codex
 
     recordings = write_recordings(tmp_path / "think.jsonl", [
         output(FIRST, call("ls")), output(SECOND, call("ls | wc -l")), output("Done.", ANSWER)])
-    codex_two_calls(codex, tmp_path, ["--model", str(model), "--served-model-name", "think-test",
-                                      "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes",
-                                      "--replay-engine-output", str(recordings)], "think-test",
-                    lambda ids: tokenizer.decode(ids))
+    recorded = codex_two_calls(codex, tmp_path, ["--model", str(model), "--served-model-name", "think-test",
+                                                 "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes",
+                                                 "--replay-engine-output", str(recordings)], "think-test",
+                               lambda ids: tokenizer.decode(ids), websocket)
+    if websocket:
+        extends_token_for_token(recorded)
     prompt = tokenizer.decode(read_recordings(tmp_path / "prompts.jsonl")[2].prompt_token_ids)
     assert f"<think>\n{FIRST}\n</think>" in prompt and f"<think>\n{SECOND}\n</think>" in prompt
+
+
+def codex_doctor(codex: Path, base_url: str, home: Path) -> dict[str, Any]:
+    """`codex doctor --json --network-only` for a provider that says `supports_websockets = true`: its socket check."""
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'model = "gpt-oss"\nmodel_provider = "local"\n\n[model_providers.local]\nname = "responses-server"\n'
+        f'base_url = "{base_url}"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\nsupports_websockets = true\n')
+    run = subprocess.run([str(codex), "doctor", "--json", "--network-only"], cwd=home,
+                         env={**os.environ, "CODEX_HOME": str(home), "LOCAL_API_KEY": "x"},
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    return json.loads(run.stdout)["checks"]["network.websocket_reachability"]
+
+
+def test_codex_doctor_sees_the_handshake_and_falls_back_to_http_when_it_is_off(codex: Path, tmp_path: Path) -> None:
+    from tests.test_harmony import CALL, completion
+
+    recordings = write_recordings(tmp_path / "harmony.jsonl", [
+        completion(("commentary", "functions.exec_command", '{"cmd": "ls"}'), end=CALL),
+        completion(("final", None, ANSWER))])
+    on = RunningServer(["--harmony", "--replay-engine-output", str(recordings)], tmp_path / "on.log")
+    try:
+        check = codex_doctor(codex, on.base_url, tmp_path / "home-on")
+    finally:
+        on.stop()
+    assert check["status"] == "ok" and check["details"]["handshake result"] == "HTTP 101 Switching Protocols", check
+    off = RunningServer(["--harmony", "--replay-engine-output", str(recordings), "--no-websocket"],
+                        tmp_path / "off.log")
+    try:
+        check = codex_doctor(codex, off.base_url, tmp_path / "home-off")
+        (tmp_path / "work").mkdir()
+        run = run_codex(codex, off.base_url, "gpt-oss", tmp_path, "List the files.",
+                        "--dangerously-bypass-approvals-and-sandbox", websockets=True)
+    finally:
+        off.stop()
+    assert check["status"] != "ok" and "426" in json.dumps(check), check
+    events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert run.returncode == 0 and [e["item"]["text"] for e in events if e["type"] == "item.completed"
+                                    and e["item"]["type"] == "agent_message"] == [ANSWER]
+    log = (tmp_path / "off.log").read_text()
+    assert '"WebSocket /v1/responses" 426' in log and log.count('"POST /v1/responses HTTP/1.1" 200') == 2

@@ -127,6 +127,9 @@ class SocketSession:
             stored = await prepare_stored_run(self.context, body, self.responses, generate)
         except Exception as exc:  # answered as HTTP would (a 4xx names the field); the socket stays open
             return await self.error(exc, lane)
+        logger.info("WebSocket response.create -> %s (lane %s, previous_response_id %s, store %s, generate %s, "
+                    "%d input items)", stored.response_id, lane.stream_id, body.previous_response_id, body.store,
+                    generate, len(body.input_items()))
         lane.running = stored
         try:
             async for sent, data in stored.events():
