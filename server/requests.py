@@ -225,6 +225,13 @@ def _check_tool(tool: dict[str, Any], where: str) -> None:
             _check_tool(member, f"{where}.tools[{position}]")
 
 
+class ContextManagement(_Lenient):
+    """An entry of `context_management`: compact the context once the rendered input passes the threshold."""
+
+    type: Literal["compaction"]
+    compact_threshold: int | None = Field(default=None, ge=1000)
+
+
 class ResponsesRequest(_Lenient):
     """The request fields the server acts on; everything else a client sends is accepted and ignored.
 
@@ -257,6 +264,7 @@ class ResponsesRequest(_Lenient):
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     conversation: ItemId | None = None  # a conversation id (sent as "conv_..." or {"id": "conv_..."})
+    context_management: list[ContextManagement] | None = None
     prompt: Any = None  # these two are rejected when given (_UNSUPPORTED_FIELDS)
     moderation: Any = None
 

@@ -155,6 +155,11 @@ class ResponseBuilder:
         return self._state.terminal or self._snapshot("in_progress")
 
     @property
+    def called_tools(self) -> bool:
+        """A tool call has ended in the output (the client owes its output)."""
+        return any(item.type in ("function_call", "custom_tool_call") for item in self._state.items)
+
+    @property
     def in_tool_call(self) -> bool:
         """A tool call is open: its arguments are still coming (no safe place to stop)."""
         open_item = self._state.open_item

@@ -282,3 +282,97 @@ def test_stored_chains_and_socket_chains_meet(tokenizer: Any, tmp_path: Any) -> 
         assert done["type"] == "response.completed"
         assert "first" in tokenizer.decode(engine.requests[-1].prompt_token_ids)
         assert client.responses.retrieve(done["response"]["id"]).status == "completed"
+
+
+WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+def one_token_steps(tokenizer: Any, text: str) -> list[EngineStep]:
+    ids = tokens(tokenizer, text)
+    return steps_from_tokens(ids, list(range(1, len(ids))))
+
+
+def test_a_steer_stops_the_response_and_its_successor_takes_the_input(served: Served, tokenizer: Any) -> None:
+    served.engine.step_delay = 0.05
+    served.engine.scripts = [one_token_steps(tokenizer, "Once upon a time there was a long story " * 4),
+                             steps_from_tokens(tokens(tokenizer, "Il était une fois."), [2])]
+    socket = Socket(served.base_url)
+    socket.send({"type": "response.create", "model": MODEL, "input": "Tell a story.", "store": False,
+                 "temperature": 0.5, "instructions": "Be brief."})
+    events = [socket.recv()]
+    while events[-1]["type"] != "response.output_text.delta":
+        events.append(socket.recv())
+    target = events[0]["response"]["id"]
+    socket.send({"type": "response.steer", "previous_response_id": target, "input": "Tell it in French."})
+    while events[-1]["type"] != "response.completed":
+        events.append(socket.recv())
+    kinds = [event["type"] for event in events]
+    accepted = events[kinds.index("response.steer.accepted")]
+    assert accepted["steer"]["previous_response_id"] == target and accepted["steer"]["id"].startswith("steer_")
+    first = [e for e in events[:kinds.index("response.incomplete") + 1] if e is not accepted]
+    steered = validate_events(checked(first))
+    assert steered.status == "incomplete" and steered.incomplete_details.reason == "steered"
+    assert served.engine.aborted == [served.engine.requests[0].request_id]
+    successor = events[kinds.index("response.created", kinds.index("response.incomplete")):]
+    done = validate_events(checked(successor))
+    assert done.previous_response_id == target and done.output_text == "Il était une fois."
+    assert done.temperature == 0.5 and done.instructions == "Be brief."  # inherited from the steered response
+    prompt = tokenizer.decode(served.engine.requests[1].prompt_token_ids)
+    assert steered.output_text.startswith("Once")
+    assert prompt.index("Tell a story.") < prompt.index(steered.output_text) < prompt.index("Tell it in French.")
+    SERVER_EVENT.validate_python(accepted)
+
+
+def test_a_steer_during_a_tool_call_waits_for_its_output(served: Served, tokenizer: Any) -> None:
+    served.engine.step_delay = 0.05
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    served.engine.scripts = [one_token_steps(tokenizer, call), steps_from_tokens(tokens(tokenizer, "Sunny."), [])]
+    socket = Socket(served.base_url)
+    socket.send({"type": "response.create", "model": MODEL, "input": "Weather in Paris?", "tools": [WEATHER_TOOL],
+                 "store": False, "stream_id": "agent"})
+    created = socket.recv()
+    while socket.recv()["type"] != "response.function_call_arguments.delta":
+        pass
+    target = created["response"]["id"]
+    socket.send({"type": "response.steer", "previous_response_id": target,
+                 "input": [{"role": "user", "content": [{"type": "input_text", "text": "And in Berlin?"}]}]})
+    events = []
+    while not (events and events[-1]["type"] == "response.steer.pending"):
+        events.append(socket.recv())
+    kinds = [event["type"] for event in events]
+    assert kinds.index("response.steer.accepted") < kinds.index("response.completed") < kinds.index(
+        "response.steer.pending")
+    assert all(event["stream_id"] == "agent" for event in events)
+    completed = events[kinds.index("response.completed")]["response"]
+    calls = [item for item in completed["output"] if item["type"] == "function_call"]
+    assert [json.loads(c["arguments"]) for c in calls] == [{"city": "Paris"}]  # the call was not cut
+    pending = events[-1]
+    assert pending["required_input"] == [{"type": "function_call_output", "call_id": calls[0]["call_id"],
+                                          "name": "get_weather"}]
+    assert pending["reason"] == "waiting_for_required_input"
+    SERVER_EVENT.validate_python(pending)
+    socket.send({"type": "response.create", "model": MODEL, "store": False, "stream_id": "agent",
+                 "previous_response_id": target, "tools": [WEATHER_TOOL],
+                 "input": [{"type": "function_call_output", "call_id": calls[0]["call_id"], "output": "18C"}]})
+    assert validate_events(checked(socket.until_terminal())).output_text == "Sunny."
+    prompt = tokenizer.decode(served.engine.requests[1].prompt_token_ids)
+    assert "And in Berlin?" in prompt and "18C" in prompt and "Weather in Paris?" in prompt
+
+
+def test_steers_that_cannot_be_taken_fail_with_the_sdk_codes(served: Served, tokenizer: Any) -> None:
+    socket = Socket(served.base_url)
+    socket.send({"type": "response.steer", "previous_response_id": "resp_unknown", "input": "hi"})
+    failed = socket.recv()
+    assert failed["type"] == "response.steer.failed" and failed["error"]["code"] == "response_not_found"
+    assert failed["steer"] == {"input": "hi", "previous_response_id": "resp_unknown"}
+    SERVER_EVENT.validate_python(failed)
+    socket.send({"type": "response.create", "model": MODEL, "input": "hi", "store": False})
+    done = socket.until_terminal()[-1]["response"]["id"]
+    socket.send({"type": "response.steer", "previous_response_id": done, "input": "more"})
+    assert socket.recv()["error"]["code"] == "response_already_completed"
+    for bad in ([{"role": "assistant", "content": "x"}], [], "", [{"role": "user", "content": "x", "id": "m"}],
+                [{"type": "function_call_output", "call_id": "c", "output": "x"}]):
+        socket.send({"type": "response.steer", "previous_response_id": done, "input": bad})
+        refused = socket.recv()
+        assert refused["type"] == "response.steer.failed" and refused["error"]["code"] == "invalid_input", bad

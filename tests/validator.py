@@ -210,7 +210,8 @@ def _validate_terminal(kind: str, final: Response, raw: dict[str, Any]) -> None:
     _check(isinstance(usage["output_tokens_details"]["reasoning_tokens"], int), "usage has reasoning_tokens")
     _check(usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"], "total = input + output")
     if kind == "response.incomplete":
-        _check(final.incomplete_details is not None and final.incomplete_details.reason == "max_output_tokens",
+        _check(final.incomplete_details is not None and final.incomplete_details.reason in ("max_output_tokens",
+                                                                                           "steered"),
                "an incomplete response says why")
     statuses = [item.get("status") for item in raw["output"]]
     _check("incomplete" not in statuses[:-1], "only the last item can be the one cut off")

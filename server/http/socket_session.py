@@ -11,7 +11,9 @@ from typing import Any, Awaitable, Callable
 
 from pydantic import ValidationError
 
+from server.http import steering
 from server.http.errors import APIError, api_error_of, from_validation_error
+from server.http.steering import Steer, SteerRefused
 from server.metrics import CLIENT_ERRORS, WEBSOCKET_EVENTS
 from server.requests import ResponsesRequest
 from server.runs.prepare import prepare_stored_run
@@ -21,6 +23,7 @@ from server.store.interface import StoredResponse
 
 logger = logging.getLogger(__name__)
 MAX_WAITING_PER_LANE = 8  # response.create events queued behind a lane's running one; past it, an error
+MAX_STEERS = 16  # steering submissions queued for one response; past it, `too_many_pending_steers`
 _CLIENT_EVENTS = ("response.create", "response.steer")
 _HTTP_ONLY = ("background", "background_options")  # refused over the socket, as the SDK documents
 
@@ -35,6 +38,19 @@ class Lane:
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)  # FIFO: asyncio's lock wakes waiters in order
     waiting: int = 0
     running: StoredRun | None = None
+    steers: list[Steer] = field(default_factory=list)  # accepted, not yet committed to a successor
+    awaiting: str | None = None  # the response waiting for tool output, whose continuation takes the steers
+    stubs: list[dict[str, str]] = field(default_factory=list)  # the tool outputs it waits for
+    steerable: bool = True  # the running response is not bound to a conversation nor compacted automatically
+
+    def steered(self, response_id: str) -> bool:
+        """Steering for `response_id` goes to this lane: it runs it, or it waits for that response's tool output."""
+        return (self.running is not None and self.running.response_id == response_id) or self.awaiting == response_id
+
+    def take_steers(self, response_id: str) -> list[Steer]:
+        taken = [steer for steer in self.steers if steer.previous_response_id == response_id]
+        self.steers = [steer for steer in self.steers if steer.previous_response_id != response_id]
+        return taken
 
     def tagged(self, data: str) -> str:
         """An event's JSON with the lane's `stream_id` echoed (the JSON is an object: it ends with `}`)."""
@@ -52,6 +68,7 @@ class SocketSession:
     responses: dict[str, StoredResponse] = field(default_factory=dict)  # made on this connection, by id
     lanes: dict[str | None, Lane] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _steer_events: int = 0  # the sequence numbers of the connection's response.steer.* events
 
     async def receive(self, text: str) -> None:
         """One client frame: a `response.create` is queued on its lane; anything else wrong is an `error` event."""
@@ -66,6 +83,8 @@ class SocketSession:
         WEBSOCKET_EVENTS.labels("in", kind if kind in _CLIENT_EVENTS else "unknown").inc()
         if kind == "response.create":
             return await self._queue(event)
+        if kind == "response.steer":
+            return await self._steer(event)
         await self.error(APIError(f"Unknown client event type {json.dumps(kind)[:80]}; this server takes "
                                   "`response.create` and `response.steer`.", param="type", code="unknown_event"))
 
@@ -121,22 +140,101 @@ class SocketSession:
             except Exception as exc:  # the connection is gone: the run was closed (its engine request aborted)
                 logger.info("a WebSocket response ended early: %s", exc or type(exc).__name__)
 
-    async def _run(self, lane: Lane, event: dict[str, Any]) -> None:
+    async def _run(self, lane: Lane, event: dict[str, Any], steers: list[Steer] | None = None) -> None:
+        """Prepare and stream one response; then start the successor its steering asks for. `steers`: those the
+        response commits (it is their successor)."""
+        queued = lane.steers if lane.awaiting is not None and event.get("previous_response_id") == lane.awaiting else []
+        if queued:  # the explicit continuation of a response that waited for tool output: steering input first
+            event = {**event, "input": [item for steer in queued for item in steer.items] + _as_items(event.get("input"))}
         try:
             body, generate = create_request(event)
             stored = await prepare_stored_run(self.context, body, self.responses, generate)
         except Exception as exc:  # answered as HTTP would (a 4xx names the field); the socket stays open
+            if steers:
+                return await self._steers_failed(lane, steers, "successor_creation_failed", api_error_of(exc).message)
             return await self.error(exc, lane)
+        if queued:
+            lane.steers, lane.awaiting, lane.stubs = [], None, []
         logger.info("WebSocket response.create -> %s (lane %s, previous_response_id %s, store %s, generate %s, "
                     "%d input items)", stored.response_id, lane.stream_id, body.previous_response_id, body.store,
                     generate, len(body.input_items()))
         lane.running = stored
+        lane.steerable = body.conversation is None and not body.context_management
         try:
             async for sent, data in stored.events():
                 WEBSOCKET_EVENTS.labels("out", sent.type).inc()
                 await self.send(lane.tagged(data))
         finally:
             lane.running = None
+        await self._after(lane, stored, event)
+
+    async def _after(self, lane: Lane, stored: StoredRun, event: dict[str, Any]) -> None:
+        """What the steering queued for a response that has ended becomes: a successor that inherits its settings and
+        takes the queued input; `response.steer.pending` while it waits for tool output; else a failure."""
+        steers = lane.take_steers(stored.response_id)
+        if not steers:
+            return
+        response = stored.response()
+        stubs = steering.required_input(response)
+        if response.status == "completed" and stubs:
+            lane.steers, lane.awaiting, lane.stubs = steers, stored.response_id, stubs
+            for steer in steers:
+                await self.send(lane.tagged(steering.pending(steer, stubs, self._next_number())))
+            return
+        if response.status not in ("completed", "incomplete"):
+            return await self._steers_failed(lane, steers, "response_not_active",
+                                             f"The response ended as {response.status}; nothing continues it.")
+        successor = {key: value for key, value in event.items() if key != "generate"}
+        successor.update(input=[item for steer in steers for item in steer.items],
+                         previous_response_id=stored.response_id)
+        await self._run(lane, successor, steers)
+
+    async def _steer(self, event: dict[str, Any]) -> None:
+        """A `response.steer`: accepted and queued for the response it names, which stops at its next safe step."""
+        target, raw = event.get("previous_response_id"), event.get("input")
+        lane = next((lane for lane in self.lanes.values() if lane.steered(target)), None) if target else None
+        try:
+            if not isinstance(target, str) or not target:
+                raise SteerRefused("invalid_input", "previous_response_id must name the response to steer.")
+            items = steering.steering_items(raw)
+            if lane is None:
+                ended = target in self.responses
+                raise SteerRefused("response_already_completed" if ended else "response_not_found",
+                                   "That response has ended; send a response.create to continue from it." if ended
+                                   else "No response with that id is running on this connection.")
+            if not lane.steerable:
+                raise SteerRefused("steering_not_supported", "Responses bound to a conversation or compacted "
+                                   "automatically cannot be steered.")
+            if len(lane.steers) >= MAX_STEERS:
+                raise SteerRefused("too_many_pending_steers", f"At most {MAX_STEERS} steering inputs may wait for "
+                                   "one response.")
+        except SteerRefused as refused:
+            data = steering.failed(refused, str(target), raw, self._next_number())
+            return await self.send(lane.tagged(data) if lane is not None else data)
+        steer = Steer(self.context.ids(steering.STEER), target, raw, items)
+        lane.steers.append(steer)
+        await self.send(lane.tagged(steering.accepted(steer, self._next_number())))
+        if lane.awaiting == target:
+            await self.send(lane.tagged(steering.pending(steer, lane.stubs, self._next_number())))
+        elif lane.running is not None:
+            lane.running.steer()
+
+    async def _steers_failed(self, lane: Lane, steers: list[Steer], code: str, message: str) -> None:
+        for steer in steers:
+            data = steering.failed(SteerRefused(code, message), steer.previous_response_id, steer.input,
+                                   self._next_number(), steer.id)
+            await self.send(lane.tagged(data))
+
+    def _next_number(self) -> int:
+        self._steer_events += 1
+        return self._steer_events - 1
+
+
+def _as_items(raw: Any) -> list[Any]:
+    """A request's `input` as a list of items (a string is one user message)."""
+    if isinstance(raw, str):
+        return [{"type": "message", "role": "user", "content": raw}]
+    return list(raw) if isinstance(raw, list) else []
 
 
 def create_request(event: dict[str, Any]) -> tuple[ResponsesRequest, bool]:

@@ -110,13 +110,14 @@ class ResponseRun:
 
     def steer(self) -> None:
         """End the run as incomplete (`steered`), its engine request aborted, at its next safe step: while it
-        waits for the engine, or after a step that leaves no tool call open."""
+        waits for the engine, or after a step that leaves no tool call open (completed, when a call has ended: the
+        client owes its output)."""
         if self._stopping is None:
             self._stop_at(Finished("steered"))
 
     def _stop_at(self, finished: Finished) -> None:
         self._stopping = finished
-        if self._waiting is not None:
+        if self._waiting is not None and (finished.reason != "steered" or not self.builder.in_tool_call):
             self._waiting.cancel()  # `_next_step` turns this into the end of the steps
 
     def _stops_after(self, step: EngineStep) -> bool:
@@ -148,6 +149,7 @@ class ResponseRun:
                 yield event
             return
         finished: Finished | None = None
+        cut_short = False  # stopped by stop() or steer() before the model finished
         try:
             async with aclosing(self.engine.generate(self.request)) as steps:
                 while (step := await self._next_step(steps)) is not None:
@@ -166,12 +168,15 @@ class ResponseRun:
                         break
                     if self._stops_after(step):
                         finished = self._stopping
+                        cut_short = True
+                        if finished.reason == "steered" and self.builder.called_tools:
+                            finished = Finished("stop")  # it completes: the client runs its tools, then steers
                         break
                     if step.finish_reason:
                         finished = Finished(step.finish_reason)
             if finished is None and self._stopping is not None:  # stopped while waiting for the engine
-                finished = self._stopping
-            steered = finished is not None and finished.reason == "steered"  # what the parser holds is dropped
+                finished, cut_short = self._stopping, True
+            steered = cut_short and self._stopping is not None and self._stopping.reason == "steered"
             if self.parser.error is None and self.builder.error is None and not self._calls.capped and not steered:
                 for event in self.builder.feed(self.parser.finish()):
                     yield event

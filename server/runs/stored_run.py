@@ -99,6 +99,9 @@ class StoredRun:
     def stop(self, reason: str) -> None:
         self.run.stop(reason)
 
+    def steer(self) -> None:
+        self.run.steer()
+
     async def _stored_ending(self, event: ResponseStreamEvent, data: str) -> tuple[ResponseStreamEvent, str]:
         """The terminal event, once the store holds it. A response no replica owns is tried once: a store that
         fails (it logs why) does not keep the end from the client. A background response waits until the store
