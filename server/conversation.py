@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from pydantic import TypeAdapter, ValidationError
 
 from server.errors import NotFound, RequestError, invalid_value
-from server.requests import InputItem, MessageItem, ResponsesRequest
+from server.requests import CompactionItem, InputItem, MessageItem, ResponsesRequest
 from server.store.interface import ResponseStore, StoredResponse
 from streaming.ids import ITEM_PREFIXES, IdFactory
 
@@ -76,6 +76,13 @@ async def with_history(request: ResponsesRequest, store: ResponseStore | None,
         history += record.input_items + list(record.response.get("output") or [])
     items = _ITEMS.validate_python(_plaintext(history)) + request.input_items()
     return request.model_copy(update={"input": items})
+
+
+def since_last_compaction(request: ResponsesRequest) -> ResponsesRequest:
+    """The request from its last compaction item on: a compaction stands for everything before it."""
+    items = request.input_items()
+    last = max((index for index, item in enumerate(items) if isinstance(item, CompactionItem)), default=0)
+    return request.model_copy(update={"input": items[last:]}) if last else request
 
 
 async def _with_conversation(request: ResponsesRequest, store: ResponseStore | None) -> ResponsesRequest:

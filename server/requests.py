@@ -300,6 +300,15 @@ class ResponsesRequest(_Lenient):
             _check_tool(tool, f"tools[{index}]")
         return tools
 
+    def compact_threshold(self, context_length: int) -> int | None:
+        """The rendered input's size in tokens past which the context is compacted first (`context_management`;
+        three quarters of the context when no threshold is given); None: never."""
+        entries = [entry for entry in self.context_management or () if entry.type == "compaction"]
+        given = [entry.compact_threshold for entry in entries if entry.compact_threshold is not None]
+        if not entries:
+            return None
+        return min(given) if given else context_length * 3 // 4
+
     def input_items(self) -> list[Any]:
         """The input as a list of items (a string input is one user message; an empty one, none)."""
         if isinstance(self.input, str):

@@ -154,6 +154,17 @@ class ResponseBuilder:
         """The terminal response, or an in-progress snapshot of what is finished so far."""
         return self._state.terminal or self._snapshot("in_progress")
 
+    def add_item(self, item: ResponseOutputItem) -> list[ResponseStreamEvent]:
+        """A whole item made before generation (an automatic compaction's), as the next output item: added, then
+        done."""
+        assert self._state.started and self._state.open_item is None and not self.finished
+        index = len(self._state.items)
+        self._state.items.append(item)
+        return [self._emit(ResponseOutputItemAddedEvent, type="response.output_item.added", output_index=index,
+                           item=item),
+                self._emit(ResponseOutputItemDoneEvent, type="response.output_item.done", output_index=index,
+                           item=item)]
+
     @property
     def called_tools(self) -> bool:
         """A tool call has ended in the output (the client owes its output)."""

@@ -21,12 +21,13 @@ class ScriptedEngine:
     input_modalities: tuple[str, ...] = ("text",)
     image_placeholder: str | None = None
     step_delay: float = 0.0
+    first: int = 0  # the number of requests before the scripts were set: the next request plays the first script
     requests: list[EngineRequest] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
-        script = self.scripts[len(self.requests) % len(self.scripts)]
+        script = self.scripts[(len(self.requests) - self.first) % len(self.scripts)]
         self.requests.append(request)
         done = False
         try:

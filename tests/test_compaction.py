@@ -11,6 +11,7 @@ from server.compaction import SUMMARY_INSTRUCTION
 from server.sealing import Sealer
 from tests.test_server import MODEL, SEALER, Harness, harness  # noqa: F401  (the fixture)
 from tests.test_store import say
+from tests.validator import validate_events
 
 HISTORY = [{"role": "user", "content": "My cat is called Miso."},
            {"role": "assistant", "content": "A lovely name."},
@@ -67,3 +68,40 @@ def test_a_bad_compaction_or_request_is_a_400(harness: Harness, tokenizer: Any) 
         raise AssertionError("an empty compaction was accepted")
     except openai.BadRequestError as exc:
         assert exc.body["param"] == "input"  # type: ignore[index]
+
+
+LONG_HISTORY = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"Fact {i}: the number {i} is "
+                 + ("even" if i % 2 == 0 else "odd") + ". " * 20} for i in range(60)]
+
+
+def test_context_management_compacts_past_the_threshold_and_answers_from_it(harness: Harness,  # noqa: F811
+                                                                           tokenizer: Any) -> None:
+    harness.play(say(tokenizer, "Sixty facts about parity were listed."), say(tokenizer, "Yes."))
+    events = harness.raw_stream(input=LONG_HISTORY + [{"role": "user", "content": "Is 4 even?"}],
+                                context_management=[{"type": "compaction", "compact_threshold": 1000}])
+    final = validate_events(events)
+    summary_prompt, answer_prompt = (tokenizer.decode(r.prompt_token_ids) for r in harness.engine.requests[-2:])
+    assert SUMMARY_INSTRUCTION in summary_prompt and "Fact 57" in summary_prompt
+    assert "Fact 57" not in answer_prompt and "Sixty facts about parity were listed." in answer_prompt
+    assert "Is 4 even?" in answer_prompt
+    assert [item.type for item in final.output] == ["compaction", "message"] and final.output_text == "Yes."
+    added = [e for e in events if e["type"] == "response.output_item.added"]
+    assert added[0]["item"]["type"] == "compaction" and added[0]["output_index"] == 0
+    assert final.usage.input_tokens == sum(len(r.prompt_token_ids) for r in harness.engine.requests[-2:])
+    # A later request that carries the compaction item continues from it; what came before it is not read.
+    harness.play(say(tokenizer, "Yes, 6 too."))
+    later = harness.client.responses.create(model=MODEL, input=LONG_HISTORY[:4] + [
+        final.output[0].model_dump(exclude_none=True), {"role": "user", "content": "And 6?"}])
+    prompt = tokenizer.decode(harness.engine.requests[-1].prompt_token_ids)
+    assert later.output_text == "Yes, 6 too." and "Sixty facts" in prompt and "Fact 1:" not in prompt
+
+
+def test_below_the_threshold_nothing_is_compacted(harness: Harness, tokenizer: Any) -> None:  # noqa: F811
+    harness.play(say(tokenizer, "Yes."))
+    answer = harness.client.responses.create(model=MODEL, input="Is 4 even?",
+                                             extra_body={"context_management": [{"type": "compaction",
+                                                                                 "compact_threshold": 1000}]})
+    assert [item.type for item in answer.output] == ["message"]
+    assert SUMMARY_INSTRUCTION not in tokenizer.decode(harness.engine.requests[-1].prompt_token_ids)
+    bad = harness.post(input="hi", context_management=[{"type": "compaction", "compact_threshold": 5}])
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "context_management[0].compact_threshold"

@@ -41,7 +41,8 @@ class Harness:
         self.client = OpenAI(base_url=base_url, api_key="unused", _strict_response_validation=True, max_retries=0)
 
     def play(self, *scripts: Any) -> None:
-        self.engine.scripts = list(scripts)
+        """The next request plays the first script, the one after it the second, and so on (cycling)."""
+        self.engine.scripts, self.engine.first = list(scripts), len(self.engine.requests)
 
     def raw_stream(self, **body: Any) -> list[dict[str, Any]]:
         """POST with stream=true and parse the SSE body as curl users would."""

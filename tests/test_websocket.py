@@ -376,3 +376,27 @@ def test_steers_that_cannot_be_taken_fail_with_the_sdk_codes(served: Served, tok
         socket.send({"type": "response.steer", "previous_response_id": done, "input": bad})
         refused = socket.recv()
         assert refused["type"] == "response.steer.failed" and refused["error"]["code"] == "invalid_input", bad
+
+
+def test_context_management_compacts_on_the_socket_and_the_next_turn_continues_from_it(served: Served,
+                                                                                      tokenizer: Any) -> None:
+    history = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"Note {i}: " + "lorem ipsum " * 15}
+               for i in range(40)]
+    served.engine.scripts = [steps_from_tokens(tokens(tokenizer, "Forty notes of lorem ipsum."), [2]),
+                             steps_from_tokens(tokens(tokenizer, "Noted."), []),
+                             steps_from_tokens(tokens(tokenizer, "Still noted."), [])]
+    socket = Socket(served.base_url)
+    socket.send({"type": "response.create", "model": MODEL, "store": False, "input": history,
+                 "context_management": [{"type": "compaction", "compact_threshold": 1000}]})
+    first = validate_events(checked(socket.until_terminal()))
+    assert [item.type for item in first.output] == ["compaction", "message"] and first.output_text == "Noted."
+    socket.send({"type": "response.create", "model": MODEL, "store": False, "input": "And now?",
+                 "previous_response_id": first.id})
+    assert validate_events(checked(socket.until_terminal())).output_text == "Still noted."
+    summary, answer, later = (tokenizer.decode(r.prompt_token_ids) for r in served.engine.requests)
+    assert "Note 39:" in summary and "Note 39:" not in answer and "Forty notes of lorem ipsum." in answer
+    assert "Note 39:" not in later and "Forty notes of lorem ipsum." in later and "Noted." in later
+    assert later.index("Noted.") < later.index("And now?")
+    # Turn 2's prompt extends turn 1's answer prompt and output, token for token.
+    answered = served.engine.requests[1].prompt_token_ids + tokenizer.encode("Noted.", add_special_tokens=False)
+    assert served.engine.requests[2].prompt_token_ids[:len(answered)] == answered

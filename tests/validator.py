@@ -188,6 +188,9 @@ def _close_item(current: _OpenItem, item: dict[str, Any]) -> None:
     _check(item["id"] == added["id"] and item["type"] == added["type"], "output_item.done changed the item identity")
     _check(item.get("call_id") == added.get("call_id"), "output_item.done changed the call_id")
     _check(not current.part_open, "output_item.done while a content part is open")
+    if item["type"] == "compaction":  # made whole before generation: no status, the same when added and done
+        _check(item == added and bool(item.get("encrypted_content")), "a compaction item is whole when added")
+        return
     _check(item.get("status") in ("completed", "incomplete"), f"a done item has status {item.get('status')}")
     if item["type"] in ("message", "reasoning"):
         _check(item.get("content") == current.parts, "the done item's content differs from its done parts")

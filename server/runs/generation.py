@@ -6,14 +6,15 @@ import asyncio
 import logging
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
-from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses import Response, ResponseOutputItem, ResponseStreamEvent
 
 from parsers.base import OutputParser
 from parsers.decoder import IncrementalDecoder
 from parsers.deltas import ItemEnded, OutputText, TokenLogprob, ToolCallStarted
 from server.engine.interface import Engine, EngineRequest, EngineStep, StepLogprob
+from server.errors import GenerationFailed
 from server.runs.admission import Slot
 from streaming.builder import ResponseBuilder
 from streaming.outcome import Finished, Usage
@@ -46,6 +47,16 @@ class CallCounter:
 
 
 @dataclass
+class Continuation:
+    """What a run continues as after a step before its generation (an automatic compaction): the item that step made
+    (the response's first output item), the run that answers from it, and what the step cost."""
+
+    item: ResponseOutputItem
+    run: "ResponseRun"
+    usage: Usage
+
+
+@dataclass
 class ResponseRun:
     """Everything one response needs; `events()` drives it from start to terminal event."""
 
@@ -58,10 +69,12 @@ class ResponseRun:
     max_tool_calls: int | None = None  # generation stops (completed) after the call that reaches this
     slot: Slot | None = None  # this run's place under --max-concurrent-requests, released when it ends
     generate: bool = True  # False: the response is prepared (rendered, validated) and completes with no output
+    before: Callable[[], Awaitable[Continuation]] | None = None  # a step before generation, which it continues from
 
     output_tokens: int = 0
     cached_tokens: int = 0
     prompt_tokens: int | None = None  # the prompt as the engine ran it (images expanded), once it says
+    _spent: Usage = Usage()  # the tokens of the step before generation
     _calls: CallCounter = field(default_factory=CallCounter)
     _stopping: Finished | None = None  # set by stop() or steer(): how the run ends, at its next safe step
     _waiting: asyncio.Task[Any] | None = None  # the task iterating this run, while it waits for the engine
@@ -148,6 +161,16 @@ class ResponseRun:
             for event in self._finish(Finished("prepared")):
                 yield event
             return
+        if self.before is not None:
+            try:
+                continuation = await self.before()
+            except GenerationFailed as failed:
+                for event in self._finish(Finished("error", error_message=failed.message)):
+                    yield event
+                return
+            for event in self.builder.add_item(continuation.item):
+                yield event
+            self._continue_as(continuation)
         finished: Finished | None = None
         cut_short = False  # stopped by stop() or steer() before the model finished
         try:
@@ -191,12 +214,19 @@ class ResponseRun:
         """The terminal events of a run whose iteration was cancelled (a background response's cancel)."""
         return [] if self.builder.finished else self._finish(Finished("cancelled"))
 
+    def _continue_as(self, continuation: Continuation) -> None:
+        """Generate as the continuation's run would (its prompt, parser and limits), under this run's response."""
+        answer = continuation.run
+        self.request, self.parser, self.decoder = answer.request, answer.parser, answer.decoder
+        self.token_text, self.max_tool_calls, self._spent = answer.token_text, answer.max_tool_calls, continuation.usage
+
     def _finish(self, finished: Finished) -> list[ResponseStreamEvent]:
+        spent = self._spent
         usage = Usage(
-            input_tokens=self.prompt_tokens or len(self.request.prompt_token_ids),
-            cached_tokens=self.cached_tokens,
-            output_tokens=self.output_tokens,
-            reasoning_tokens=self.parser.reasoning_tokens,
+            input_tokens=(self.prompt_tokens or len(self.request.prompt_token_ids)) + spent.input_tokens,
+            cached_tokens=self.cached_tokens + spent.cached_tokens,
+            output_tokens=self.output_tokens + spent.output_tokens,
+            reasoning_tokens=self.parser.reasoning_tokens + spent.reasoning_tokens,
         )
         return self.builder.finish(replace(finished, usage=usage))
 

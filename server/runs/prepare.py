@@ -5,25 +5,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Mapping, MutableMapping
+from typing import Any, Awaitable, Callable, Mapping, MutableMapping
+
+from openai.types.responses import Response, ResponseCompactionItem
 
 from server.compaction import compacted_response, summary_request
 from server.constraints.rules import output_rules
-from server.conversation import stored_input_items, with_history
+from server.conversation import since_last_compaction, stored_input_items, with_history
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
 from server.errors import GenerationFailed, NotFound, RequestError
 from server.media import image_parts, load_image, request_images
 from server.media_fetch import fetch_images
 from server.paths.tools import tool_definitions
-from server.requests import ResponsesRequest
+from server.requests import CompactionItem, ResponsesRequest
 from server.runs.echoed_settings import response_settings
-from server.runs.generation import ResponseRun
+from server.runs.generation import Continuation, ResponseRun
 from server.runs.stored_run import ConversationLink, StoredRun
 from server.sealed_items import open_sealed_items, reasoning_sealer
 from server.serving import ServingContext
 from server.store.interface import StoredResponse
 from server.truncation import render_to_fit
 from streaming.builder import ResponseBuilder
+from streaming.outcome import Usage
 
 
 async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
@@ -39,8 +42,12 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
         raise RequestError("Background responses must be stored (store: true, and a server with a store).",
                            param="background")
     conversation = await conversation_of(context, body, earlier)
-    run = prepare_run(context, conversation, body, await images_fetched(context, conversation, body))
+    fetched = await images_fetched(context, conversation, body)
+    run = prepare_run(context, conversation, body, fetched)
     run.generate = generate
+    threshold = body.compact_threshold(context.started()[0].max_model_len)
+    if threshold is not None and len(run.request.prompt_token_ids) > threshold:
+        run.before = _compacting(context, conversation, body, fetched)
     run.slot = context.admission.admit()  # last: a request refused for any other reason takes no place
     link = ConversationLink(context.store, body.conversation) if body.conversation and context.store else None
     keep_items = store is not None or link is not None or earlier is not None
@@ -69,11 +76,15 @@ class CompactionRun:
 
     def result(self) -> dict[str, Any]:
         """The SDK's `CompactedResponse`: one sealed `compaction` item to continue from."""
-        summary = self.stored.response()
+        return self.from_summary(self.stored.response(), self.conversation, self.context)
+
+    @staticmethod
+    def from_summary(summary: Response, conversation: ResponsesRequest, context: ServingContext) -> dict[str, Any]:
+        """The compacted response of a finished summary (GenerationFailed when there is none)."""
         if summary.status not in ("completed", "incomplete"):
             message = summary.error.message if summary.error else "the summary could not be generated"
             raise GenerationFailed(f"Compaction failed: {message}.")
-        return compacted_response(summary, self.conversation, self.context.sealer, self.context.ids)
+        return compacted_response(summary, conversation, context.sealer, context.ids)
 
 
 async def prepare_compaction(context: ServingContext, body: ResponsesRequest) -> CompactionRun:
@@ -91,8 +102,37 @@ async def prepare_compaction(context: ServingContext, body: ResponsesRequest) ->
 
 async def conversation_of(context: ServingContext, body: ResponsesRequest,
                           earlier: Mapping[str, StoredResponse] | None = None) -> ResponsesRequest:
-    """The request with its stored history before it and sealed items opened: what the model sees."""
-    return open_sealed_items(await with_history(body, context.store, earlier), context.sealer)
+    """The request with its stored history before it (from its last compaction on) and sealed items opened: what
+    the model sees."""
+    history = since_last_compaction(await with_history(body, context.store, earlier))
+    return open_sealed_items(history, context.sealer)
+
+
+def _compacting(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
+                fetched: Mapping[str, bytes]) -> Callable[[], Awaitable[Continuation]]:
+    """The step before an automatically compacted response's answer: the model summarizes the conversation, as for
+    `POST /v1/responses/compact`, and the answer comes from the compaction item alone."""
+
+    async def compact() -> Continuation:
+        summarizing = summary_request(conversation)
+        summary = prepare_run(context, summarizing, summarizing, fetched)
+        async for _ in summary.events():
+            pass
+        result = CompactionRun.from_summary(summary.response(), conversation, context)
+        item = ResponseCompactionItem.model_validate(result["output"][0])
+        compacted = open_sealed_items(conversation.model_copy(update={"input": [
+            CompactionItem.model_validate(item.model_dump())]}), context.sealer)
+        return Continuation(item, prepare_run(context, compacted, body, fetched), _usage(summary.response()))
+
+    return compact
+
+
+def _usage(response: Response) -> Usage:
+    usage = response.usage
+    if usage is None:
+        return Usage()
+    return Usage(input_tokens=usage.input_tokens, cached_tokens=usage.input_tokens_details.cached_tokens,
+                 output_tokens=usage.output_tokens, reasoning_tokens=usage.output_tokens_details.reasoning_tokens)
 
 
 async def images_fetched(context: ServingContext, conversation: ResponsesRequest,
