@@ -15,7 +15,7 @@ HTTP_REQUESTS = Counter("responses_server_http_requests", "HTTP requests answere
 CLIENT_ERRORS = Counter("responses_server_client_errors", "4xx answers, by status and OpenAI error code (or type)",
                         ["status", "code"])
 RESPONSES = Counter("responses_server_responses", "Responses that ended, by terminal status and how they were asked "
-                    "for (stream, json, background)", ["status", "mode"])
+                    "for (stream, json, background, websocket)", ["status", "mode"])
 TIME_TO_FIRST_TOKEN = Histogram("responses_server_time_to_first_token_seconds",
                                 "From the start of a response to its first output delta", buckets=_LATENCY_BUCKETS)
 RESPONSE_DURATION = Histogram("responses_server_response_duration_seconds",

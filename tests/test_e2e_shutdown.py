@@ -36,6 +36,22 @@ def stream_into(server: RunningServer, body: dict[str, Any], events: list[dict[s
                     started.set()
 
 
+def socket_into(server: RunningServer, body: dict[str, Any], events: list[Any], started: threading.Event) -> None:
+    """A long response over a WebSocket; `events` gets its events, then the close code the server ended with."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    with connect(server.base_url.replace("http://", "ws://") + "/responses") as socket:
+        socket.send(json.dumps({"type": "response.create", "model": MODEL, **body}))
+        try:
+            while True:
+                events.append(json.loads(socket.recv(timeout=300)))
+                if events[-1]["type"] == "response.output_text.delta":
+                    started.set()
+        except ConnectionClosed as closed:
+            events.append(closed.rcvd.code if closed.rcvd else None)
+
+
 def test_sigterm_drains_then_fails_what_is_left_and_exits_zero(tmp_path: Path) -> None:
     server = RunningServer(["--shutdown-timeout", str(SHUTDOWN_TIMEOUT), "--max-model-len", "2048"],
                            tmp_path / "server.log", data_dir=tmp_path / "data")
@@ -51,6 +67,11 @@ def test_sigterm_drains_then_fails_what_is_left_and_exits_zero(tmp_path: Path) -
         server, {"input": "Say hi.", "max_output_tokens": 8}, short_events, short_started))
     short_thread.start()
     assert short_started.wait(120)
+    socket_events: list[Any] = []
+    socket_started = threading.Event()
+    socket_thread = threading.Thread(target=socket_into, args=(server, LONG, socket_events, socket_started))
+    socket_thread.start()
+    assert socket_started.wait(120)
 
     sent = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
@@ -59,6 +80,7 @@ def test_sigterm_drains_then_fails_what_is_left_and_exits_zero(tmp_path: Path) -
         httpx.get(f"http://127.0.0.1:{server.port}/health", timeout=5)
     short_thread.join(60)
     long_thread.join(60)
+    socket_thread.join(60)
     assert server.process.wait(timeout=60) == 0
     took = time.monotonic() - sent
     log = server.log.read_text()
@@ -67,6 +89,9 @@ def test_sigterm_drains_then_fails_what_is_left_and_exits_zero(tmp_path: Path) -
     assert short.status in ("completed", "incomplete")  # it ended on its own (8 tokens) within the timeout
     failed = validate_events(long_events)  # a whole stream: one terminal event, every item closed
     assert long_events[-1]["type"] == "response.failed" and failed.error.message == SHUTDOWN_REASON
+    assert socket_events[-1] == 1001  # the socket closed as "going away", after its response's terminal event
+    on_socket = validate_events(socket_events[:-1])
+    assert on_socket.status == "failed" and on_socket.error.message == SHUTDOWN_REASON
     assert SHUTDOWN_TIMEOUT <= took < SHUTDOWN_TIMEOUT + 20, log[-2000:]
     assert "Traceback" not in log, log[-4000:]
 

@@ -92,3 +92,32 @@ def test_the_key_can_be_required(tokenizer: Any) -> None:
         root = base_url.removesuffix("/v1")
         assert httpx.get(f"{root}/metrics").status_code == 401
         assert scrape(base_url, Authorization="Bearer sk-test")
+
+
+def test_websocket_connections_and_events_are_counted(measured: Harness, tokenizer: Any) -> None:
+    from tests.test_websocket import Socket
+
+    before = scrape(measured.base_url)
+    measured.play(say(tokenizer, "Hello there."))
+    socket = Socket(measured.base_url, additional_headers={"Authorization": "Bearer sk-test"})
+    socket.send({"type": "response.create", "model": MODEL, "input": "hi"})
+    sent = socket.until_terminal()
+    socket.send({"type": "nonsense"})
+    assert socket.recv()["type"] == "error"
+    during = scrape(measured.base_url)
+    socket.ws.close()
+    time.sleep(0.3)
+    after = scrape(measured.base_url)
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert value(during, "responses_server_websocket_connections") == 1
+    assert value(after, "responses_server_websocket_connections") == 0
+    assert moved("responses_server_websocket_events_total", direction="in", type="response.create") == 1
+    assert moved("responses_server_websocket_events_total", direction="in", type="unknown") == 1
+    assert moved("responses_server_websocket_events_total", direction="out", type="error") == 1
+    assert moved("responses_server_websocket_events_total", direction="out",
+                 type="response.output_text.delta") == sum(e["type"] == "response.output_text.delta" for e in sent)
+    assert moved("responses_server_responses_total", status="completed", mode="websocket") == 1
+    assert moved("responses_server_client_errors_total", status="400", code="unknown_event") == 1

@@ -54,6 +54,7 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
     input_items = stored_input_items(body, context.ids) if keep_items else []
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
     mode = "background" if body.background else "stream" if body.stream else "json"
+    mode = "websocket" if earlier is not None else mode
     return StoredRun(run, store, input_items, body.previous_response_id, keep_event_log=keep_log,
                      background=body.background, conversation=link, mode=mode, retry_later=context.pending_saves.add,
                      kept_in=earlier)
