@@ -46,11 +46,11 @@ class Socket:
     def recv(self, timeout: float = 30) -> dict[str, Any]:
         return json.loads(self.ws.recv(timeout=timeout))
 
-    def until_terminal(self, stream_id: str | None = None) -> list[dict[str, Any]]:
+    def until_terminal(self, stream_id: str | None = None, timeout: float = 30) -> list[dict[str, Any]]:
         """The events of one response (of one lane, when given), through its terminal event or an error."""
         events = []
         while True:
-            event = self.recv()
+            event = self.recv(timeout)
             if stream_id is not None and event.get("stream_id") != stream_id:
                 continue
             events.append(event)
