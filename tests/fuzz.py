@@ -1,5 +1,5 @@
 """Fuzzing the HTTP API: schemathesis over the published OpenAPI schema (bodies typed from the SDK's params),
-and hypothesis over raw bodies for the deep cases. Checks, for every case: no 5xx, errors in OpenAI's shape,
+hypothesis over raw bodies for the deep cases, and frames of every shape on WebSockets. Checks, for every case: no 5xx, errors in OpenAI's shape,
 every 200 stream whole (one terminal event), and the server still answers a normal request afterwards.
 
 `python -m tests.fuzz --cases 10000` (`make fuzz`) runs the long version and prints the counts.
@@ -276,6 +276,129 @@ def run_queries(root: str, cases: int, counts: Counts) -> None:
     one()
 
 
+_WS_FIELDS = ["stream_id", "generate", "background", "previous_response_id", "context_management", "stream",
+              "prompt_cache_options", "input", "type"]
+_ENDS = {"response.completed", "response.incomplete", "response.failed", "error", "response.steer.failed"}
+
+
+@st.composite
+def socket_frames(draw: Any) -> tuple[str, Any]:
+    """(shape, frame): a client event bent one way; every shape gets one answer (an error, a failed steer, or one
+    response's events), except `gone` (the client goes away mid-stream)."""
+    shape = draw(st.sampled_from(["create", "create", "create", "steer", "unknown", "binary", "not-json",
+                                  "not-object", "huge", "gone"]))
+    if shape == "create":
+        body, _ = draw(raw_bodies())
+        try:
+            event = json.loads(body)
+        except ValueError:
+            return "not-json", body.decode("utf-8", "replace")
+        if not isinstance(event, dict):
+            return "not-object", json.dumps(event)
+        event["type"] = "response.create"
+        for key in draw(st.lists(st.sampled_from(_WS_FIELDS[:-2]), max_size=2)):
+            event[key] = draw(_json)
+        return shape, json.dumps(event)
+    if shape == "steer":
+        return shape, json.dumps({"type": "response.steer", "previous_response_id": draw(_json),
+                                  "input": draw(st.one_of(_json, _items()))})
+    if shape == "unknown":
+        return shape, json.dumps({"type": draw(st.one_of(st.text(max_size=20), _json)), "event_id": draw(_json)})
+    if shape == "binary":
+        return shape, draw(st.binary(max_size=64))
+    if shape == "not-json":
+        return shape, draw(st.text(max_size=40).filter(lambda t: not _parses(t)))
+    if shape == "not-object":
+        return shape, json.dumps(draw(st.one_of(st.lists(_json, max_size=3), st.integers(), st.text(max_size=8))))
+    if shape == "huge":
+        return shape, json.dumps({"type": "response.create", "model": MODEL, "input": "x" * (5 * 1024 * 1024)})
+    return shape, json.dumps({"type": "response.create", "model": MODEL, "input": "Write a long story."})
+
+
+_EDGE_FRAMES = [
+    ("huge", json.dumps({"type": "response.create", "model": MODEL, "input": "x" * (5 * 1024 * 1024)})),
+    ("gone", json.dumps({"type": "response.create", "model": MODEL, "input": "Write a long story."})),
+    ("binary", b"\x00\xff"), ("not-json", "{"), ("not-object", "[]"), ("unknown", '{"type": "session.update"}'),
+    ("steer", '{"type": "response.steer", "previous_response_id": "resp_x", "input": "hi"}'),
+    ("create", '{"type": "response.create", "model": "fuzz-model", "input": "hi", "generate": false}'),
+    ("create", '{"type": "response.create", "model": "fuzz-model", "input": "hi", "background": true}'),
+]
+
+
+def _parses(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def run_websocket(root: str, cases: int, counts: Counts) -> None:
+    """Frames of every shape on fresh sockets: each is answered in the SDK's shapes (no 5xx status in an error, every
+    response whole), and a create sent after it on its own lane is answered normally."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    @given(frame=socket_frames())
+    @_settings(max(cases - len(_EDGE_FRAMES), 1))
+    def generated(frame: tuple[str, Any]) -> None:
+        one(frame)
+
+    def one(frame: tuple[str, Any]) -> None:
+        shape, data = frame
+        with connect(root.replace("http://", "ws://") + "/v1/responses", max_size=None) as socket:
+            socket.send(data)
+            if shape == "gone":
+                socket.recv(timeout=60)  # response.created: then the client goes away mid-stream
+                counts.statuses[200] += 1
+                return
+            try:
+                answer = _one_answer(socket, counts, f"ws {shape}")
+            except ConnectionClosed as closed:
+                counts.statuses[499] += 1
+                if len(counts.violations) < 50:
+                    code = closed.rcvd.code if closed.rcvd else None
+                    counts.violations.append(f"ws {shape}: the server closed the socket ({code}): {str(data)[:200]}")
+                return
+            counts.statuses[answer] += 1
+            socket.send(json.dumps({"type": "response.create", "model": MODEL, "input": "hi", "stream_id": "after"}))
+            if _one_answer(socket, counts, "ws after") != 200:
+                counts.violations.append(f"ws {shape}: a normal create after it failed: {str(data)[:200]}")
+
+    for frame in _EDGE_FRAMES:  # each edge at least once, whatever hypothesis draws
+        one(frame)
+    generated()
+
+
+def _one_answer(socket: Any, counts: Counts, label: str) -> int:
+    """Read one answer (its events checked against the SDK's server events and the stream contract); its status."""
+    from openai.types.responses import ResponsesServerEvent
+    from pydantic import TypeAdapter, ValidationError
+
+    adapter = TypeAdapter(ResponsesServerEvent)
+    events: list[dict[str, Any]] = []
+    while not events or events[-1]["type"] not in _ENDS:
+        events.append(json.loads(socket.recv(timeout=60)))
+        try:
+            adapter.validate_python(events[-1])
+        except ValidationError as exc:
+            counts.violations.append(f"{label}: an event the SDK rejects ({exc.errors()[0]['msg']}): "
+                                     f"{str(events[-1])[:300]}")
+    last = events[-1]
+    if last["type"] == "error":
+        status = last.get("status", 0)
+        if status >= 500 or not last["error"].get("code") or not last["error"].get("message"):
+            counts.violations.append(f"{label}: a bad error event: {str(last)[:300]}")
+        return status
+    if last["type"] == "response.steer.failed":
+        return 400
+    try:
+        validate_events([{k: v for k, v in e.items() if k != "stream_id"} for e in events])
+    except (ContractViolation, ValueError) as exc:
+        counts.violations.append(f"{label}: a broken response ({exc})")
+    return 200
+
+
 def healthy(root: str) -> bool:
     """A normal request still gets a normal answer."""
     response = httpx.post(f"{root}/v1/responses", json={"model": MODEL, "input": "hi"}, timeout=60)
@@ -294,6 +417,7 @@ def main() -> None:
         operations = sum(1 for _ in schemathesis.openapi.from_url(f"{root}/openapi.json").get_all_operations())
         run_schemathesis(root, max(1, args.cases // 2 // (2 * operations)), counts)
         run_queries(root, max(1, args.cases // 20), counts)
+        run_websocket(root, max(1, args.cases // 10), counts)
         run_raw(root, max(1, args.cases - counts.cases), counts)  # the rest, whatever schemathesis ran out of
         still_healthy = healthy(root)
     print(f"cases: {counts.cases}; 5xx: {counts.server_errors}; by status: {dict(sorted(counts.statuses.items()))}")

@@ -6,7 +6,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.fuzz import Counts, fuzz_server, healthy, run_queries, run_raw, run_schemathesis
+from tests.fuzz import Counts, fuzz_server, healthy, run_queries, run_raw, run_schemathesis, run_websocket
 
 
 @pytest.fixture(scope="module")
@@ -34,3 +34,10 @@ def test_query_values_of_any_size_and_type(root: str) -> None:
     run_queries(root, 150, counts)
     assert counts.cases == 150 and not counts.violations, "\n".join(counts.violations)
     assert healthy(root)
+
+
+def test_websocket_frames_of_every_shape(root: str) -> None:
+    counts = Counts()
+    run_websocket(root, 200, counts)
+    assert counts.cases >= 200 and not counts.violations, "\n".join(counts.violations)
+    assert counts.server_errors == 0 and healthy(root)

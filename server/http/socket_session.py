@@ -72,6 +72,10 @@ class SocketSession:
 
     async def receive(self, text: str) -> None:
         """One client frame: a `response.create` is queued on its lane; anything else wrong is an `error` event."""
+        limit = self.context.config.max_body_bytes
+        if len(text) * 4 > limit and len(text.encode("utf-8", "surrogatepass")) > limit:  # as an HTTP body would be
+            return await self.error(APIError(f"The event is larger than this server accepts ({limit} bytes).",
+                                             status=413, code="request_too_large"))
         try:
             event = json.loads(text)
         except ValueError:
@@ -209,7 +213,7 @@ class SocketSession:
                 raise SteerRefused("too_many_pending_steers", f"At most {MAX_STEERS} steering inputs may wait for "
                                    "one response.")
         except SteerRefused as refused:
-            data = steering.failed(refused, str(target), raw, self._next_number())
+            data = steering.failed(refused, target, raw, self._next_number())
             return await self.send(lane.tagged(data) if lane is not None else data)
         steer = Steer(self.context.ids(steering.STEER), target, raw, items)
         lane.steers.append(steer)

@@ -10,12 +10,15 @@ from typing import Any
 from openai.types.responses import (
     Response,
     ResponseSteerAcceptedEvent,
+    ResponseSteerInput,
     ResponseSteerPendingEvent,
 )
+from pydantic import TypeAdapter, ValidationError
 
 STEER = "steer"  # the id prefix of a steering submission
 _MESSAGE_KEYS = {"type", "role", "content"}
 _PART_TYPES = {"input_text", "input_image", "input_file"}
+_STEER_INPUT: TypeAdapter[Any] = TypeAdapter(ResponseSteerInput)
 
 
 class SteerRefused(Exception):
@@ -83,10 +86,16 @@ def pending(steer: Steer, stubs: list[dict[str, str]], number: int) -> str:
     return event.to_json(indent=None, exclude_none=True)
 
 
-def failed(refused: SteerRefused, previous_response_id: str, raw_input: Any, number: int,
+def failed(refused: SteerRefused, previous_response_id: Any, raw_input: Any, number: int,
            steer_id: str | None = None) -> str:
-    """The submission given back uncommitted (with its id when it had been accepted)."""
-    steer = {"input": raw_input, "previous_response_id": previous_response_id}
+    """The submission given back uncommitted (with its id when it had been accepted); what is not of the shape the
+    SDK reads (input that is no steering input at all, an id that is no string) is given back empty."""
+    try:
+        _STEER_INPUT.validate_python(raw_input)
+    except ValidationError:
+        raw_input = ""
+    target = previous_response_id if isinstance(previous_response_id, str) else ""
+    steer = {"input": raw_input, "previous_response_id": target}
     if steer_id is not None:
         steer["id"] = steer_id
     return json.dumps({"type": "response.steer.failed", "sequence_number": number, "steer": steer,
