@@ -400,3 +400,25 @@ def test_context_management_compacts_on_the_socket_and_the_next_turn_continues_f
     # Turn 2's prompt extends turn 1's answer prompt and output, token for token.
     answered = served.engine.requests[1].prompt_token_ids + tokenizer.encode("Noted.", add_special_tokens=False)
     assert served.engine.requests[2].prompt_token_ids[:len(answered)] == answered
+
+
+def test_the_concurrency_limit_answers_with_a_429_event(tokenizer: Any) -> None:
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[one_token_steps(tokenizer, "a b c d e f")], step_delay=0.1)
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL, max_concurrent_requests=1),
+                             engine_factory=lambda: engine)
+    with serve_in_thread(create_app(context)) as base_url:
+        socket = Socket(base_url)
+        socket.send({"type": "response.create", "model": MODEL, "input": "one", "stream_id": "a"})
+        assert socket.recv()["type"] == "response.created"
+        socket.send({"type": "response.create", "model": MODEL, "input": "two", "stream_id": "b"})
+        refused = socket.until_terminal(stream_id="b")[-1]
+        assert refused["type"] == "error" and refused["status"] == 429 and refused["stream_id"] == "b"
+        assert refused["error"]["code"] == "rate_limit_exceeded" and refused["error"]["headers"]["Retry-After"]
+        SERVER_EVENT.validate_python(refused)
+        assert socket.until_terminal(stream_id="a")[-1]["type"] == "response.completed"
+
+
+def test_ping_pong_and_compression_come_with_the_socket(served: Served) -> None:
+    socket = Socket(served.base_url)  # the websockets client offers permessage-deflate, as the SDK's does
+    assert [type(ext).__name__ for ext in socket.ws.protocol.extensions] == ["PerMessageDeflate"]
+    assert socket.ws.ping().wait(5)  # answered with a pong
