@@ -422,3 +422,33 @@ def test_ping_pong_and_compression_come_with_the_socket(served: Served) -> None:
     socket = Socket(served.base_url)  # the websockets client offers permessage-deflate, as the SDK's does
     assert [type(ext).__name__ for ext in socket.ws.protocol.extensions] == ["PerMessageDeflate"]
     assert socket.ws.ping().wait(5)  # answered with a pong
+
+
+def test_a_client_that_stops_reading_has_its_response_ended(tokenizer: Any) -> None:
+    """As for SSE: a send that waits longer than --send-timeout ends the response (its engine request aborted) and
+    the connection."""
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[one_token_steps(tokenizer, "word " * 200)],
+                            step_delay=0.01)
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL, send_timeout_seconds=0.3),
+                             engine_factory=lambda: engine)
+    app = create_app(context)
+
+    async def scenario() -> None:
+        context.start()
+        incoming: asyncio.Queue[Any] = asyncio.Queue()
+        for message in ({"type": "websocket.connect"}, {"type": "websocket.receive", "text": json.dumps(
+                {"type": "response.create", "model": MODEL, "input": "go"})}):
+            incoming.put_nowait(message)
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+            if len(sent) > 5:
+                await asyncio.sleep(3600)  # the client stopped reading
+
+        scope = {"type": "websocket", "path": "/v1/responses", "headers": [], "query_string": b"",
+                 "extensions": {"websocket.http.response": {}}}
+        await asyncio.wait_for(app(scope, incoming.get, send), timeout=10)
+
+    asyncio.run(scenario())
+    assert engine.aborted == [engine.requests[0].request_id]

@@ -57,19 +57,32 @@ async def responses_socket(websocket: WebSocket) -> None:
         sockets.open.discard(task)
 
 
+@dataclass
+class _Writer:
+    """Sends frames one at a time (lanes send concurrently; each frame goes whole); a client that reads nothing for
+    `timeout` seconds stalls the connection, which then ends, and the response being sent with it."""
+
+    websocket: WebSocket
+    timeout: float | None
+    stalled: asyncio.Event = field(default_factory=asyncio.Event)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def send(self, text: str) -> None:
+        async with self._lock:
+            try:
+                await asyncio.wait_for(self.websocket.send_text(text), self.timeout)
+            except TimeoutError:
+                self.stalled.set()
+                raise TimeoutError(f"the client read nothing for {self.timeout}s") from None
+
+
 async def _serve(websocket: WebSocket, context: ServingContext, closing: asyncio.Event) -> None:
     """Read client events until the client goes, the server shuts down or the connection's time is up."""
-    lock = asyncio.Lock()
-
-    async def send(text: str) -> None:
-        async with lock:  # lanes send concurrently; each frame goes whole
-            await websocket.send_text(text)
-
-    session = SocketSession(context, send)
+    writer = _Writer(websocket, context.config.send_timeout_seconds)
+    session = SocketSession(context, writer.send)
     deadline = asyncio.get_running_loop().time() + context.config.websocket_max_seconds
-    code = 1000
     try:
-        while (message := await _next_message(websocket, closing, deadline)) is not None:
+        while (message := await _next_message(websocket, (closing, writer.stalled), deadline)) is not None:
             if message["type"] == "websocket.disconnect":
                 return
             if message.get("text") is None:
@@ -77,28 +90,31 @@ async def _serve(websocket: WebSocket, context: ServingContext, closing: asyncio
                                              "frame.", code="invalid_frame"))
             else:
                 await session.receive(message["text"])
+        if writer.stalled.is_set():
+            logger.info("a WebSocket client stopped reading for %ss; its connection was ended", writer.timeout)
+            return
         await session.finish()  # the responses running end first: a client is never cut off mid-response
-        if closing.is_set():
-            code = GOING_AWAY
-        else:
+        if not closing.is_set():
             await session.error(APIError("This connection has reached its time limit; open a new one.",
                                          code=LIMIT_REACHED))
-        await websocket.close(code)
-    except WebSocketDisconnect:
+        await websocket.close(GOING_AWAY if closing.is_set() else 1000)
+    except (WebSocketDisconnect, TimeoutError):
         return
     finally:
         await session.close()
 
 
-async def _next_message(websocket: WebSocket, closing: asyncio.Event, deadline: float) -> Message | None:
-    """The client's next message; None once the server is closing or the connection's time is up."""
-    if closing.is_set() or websocket.client_state != WebSocketState.CONNECTED:
+async def _next_message(websocket: WebSocket, stops: tuple[asyncio.Event, ...], deadline: float) -> Message | None:
+    """The client's next message; None once one of `stops` is set (the server is closing, the client stopped
+    reading) or the connection's time is up."""
+    if any(stop.is_set() for stop in stops) or websocket.client_state != WebSocketState.CONNECTED:
         return None
     receiving = asyncio.ensure_future(websocket.receive())
-    closed = asyncio.ensure_future(closing.wait())
+    stopped = [asyncio.ensure_future(stop.wait()) for stop in stops]
     timeout = max(deadline - asyncio.get_running_loop().time(), 0)
-    await asyncio.wait({receiving, closed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    closed.cancel()
+    await asyncio.wait({receiving, *stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in stopped:
+        waiter.cancel()
     if receiving.done():
         return receiving.result()
     receiving.cancel()
