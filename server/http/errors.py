@@ -62,8 +62,8 @@ def from_request_error(exc: RequestError) -> APIError:
     return APIError(exc.message, status=status, param=exc.param, code=exc.code)
 
 
-_KNOWN = (APIError, RequestValidationError, StarletteHTTPException, RequestError, Overloaded, Draining, GenerationFailed,
-          StoreRejected, StoreUnavailable)  # what `api_error_of` answers for what it is; anything else is a 500
+_KNOWN = (APIError, RequestValidationError, StarletteHTTPException, RequestError, Overloaded, Draining,
+          GenerationFailed, StoreRejected, StoreUnavailable)  # what `api_error_of` answers for what it is; anything else is a 500
 
 
 def api_error_of(exc: Exception) -> APIError:

@@ -117,10 +117,6 @@ class SocketSession:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    @property
-    def idle(self) -> bool:
-        return not self._tasks
-
     async def _queue(self, event: dict[str, Any]) -> None:
         stream_id = event.get("stream_id")
         if stream_id is not None and not isinstance(stream_id, str):
@@ -147,9 +143,11 @@ class SocketSession:
     async def _run(self, lane: Lane, event: dict[str, Any], steers: list[Steer] | None = None) -> None:
         """Prepare and stream one response; then start the successor its steering asks for. `steers`: those the
         response commits (it is their successor)."""
-        queued = lane.steers if lane.awaiting is not None and event.get("previous_response_id") == lane.awaiting else []
+        continues = lane.awaiting is not None and event.get("previous_response_id") == lane.awaiting
+        queued = lane.steers if continues else []
         if queued:  # the explicit continuation of a response that waited for tool output: steering input first
-            event = {**event, "input": [item for steer in queued for item in steer.items] + _as_items(event.get("input"))}
+            steering_input = [item for steer in queued for item in steer.items]
+            event = {**event, "input": steering_input + _as_items(event.get("input"))}
         try:
             body, generate = create_request(event)
             stored = await prepare_stored_run(self.context, body, self.responses, generate)
