@@ -291,6 +291,8 @@ def socket_frames(draw: Any) -> tuple[str, Any]:
         body, _ = draw(raw_bodies())
         try:
             event = json.loads(body)
+        except RecursionError:  # nesting deeper than a JSON parser goes: sent as it is
+            return "deep", body.decode("utf-8", "replace")
         except ValueError:
             return "not-json", body.decode("utf-8", "replace")
         if not isinstance(event, dict):

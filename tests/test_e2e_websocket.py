@@ -1,5 +1,5 @@
 """End to end: WebSocket mode on the real CPU engine with the bundled model, through the SDK's `responses.connect()`
-(sync and async) and a raw socket: chained turns with store false, a warm-up, lanes, steering, errors, and automatic
+(sync and async; the compaction case also through a raw socket): chained turns with store false, a warm-up, lanes, steering, errors, and automatic
 compaction on HTTP and on the socket, with what the model was shown checked through the engine's recording."""
 
 from __future__ import annotations
@@ -31,6 +31,32 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
                             log)
     yield running
     running.stop()
+
+
+class SdkSocket(Socket):
+    """The SDK's own connection (`client.responses.connect()`), read as dicts like the raw socket of the unit tests:
+    events go out through `conn.send`, and come back parsed by the SDK into its `ResponsesServerEvent` models."""
+
+    def __init__(self, server: RunningServer) -> None:
+        client = OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+        self.manager = client.responses.connect()
+        self.conn = self.manager.enter()
+
+    def send(self, event: Any) -> None:
+        self.conn.send(event)
+
+    def recv(self, timeout: float = 300) -> dict[str, Any]:
+        return self.conn.recv().to_dict()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@pytest.fixture()
+def sdk_socket(server: RunningServer) -> Iterator[SdkSocket]:
+    socket = SdkSocket(server)
+    yield socket
+    socket.close()
 
 
 def recordings(server: RunningServer) -> list[Recording]:
@@ -99,8 +125,8 @@ async def _async_events(conn: Any) -> list[dict[str, Any]]:
     raise AssertionError("the connection closed before the terminal event")
 
 
-def test_two_lanes_run_at_once_and_one_lane_runs_in_order(server: RunningServer) -> None:
-    socket = Socket(server.base_url)
+def test_two_lanes_run_at_once_and_one_lane_runs_in_order(server: RunningServer, sdk_socket: SdkSocket) -> None:
+    socket = sdk_socket
     body = {"type": "response.create", "model": MODEL, "temperature": 0, "max_output_tokens": 32}
     socket.send({**body, "input": "Name three colors.", "stream_id": "a"})
     socket.send({**body, "input": "Name three animals.", "stream_id": "b"})
@@ -120,8 +146,8 @@ def test_two_lanes_run_at_once_and_one_lane_runs_in_order(server: RunningServer)
         assert validate_events(checked(events)).status in ("completed", "incomplete")
 
 
-def test_a_steer_stops_the_response_and_the_successor_reads_it(server: RunningServer, tokenizer: Any) -> None:
-    socket = Socket(server.base_url)
+def test_a_steer_stops_the_response_and_the_successor_reads_it(server: RunningServer, sdk_socket: SdkSocket, tokenizer: Any) -> None:
+    socket = sdk_socket
     socket.send({"type": "response.create", "model": MODEL, "store": False, "temperature": 0,
                  "max_output_tokens": 200, "input": "Count from 1 to 100, separated by commas."})
     events = [socket.recv(timeout=300)]
@@ -145,8 +171,8 @@ def test_a_steer_stops_the_response_and_the_successor_reads_it(server: RunningSe
     assert prompt.index("Count from 1 to 100") < prompt.index(steered.output_text) < prompt.index("BANANA")
 
 
-def test_a_steer_during_a_tool_call_waits_for_the_tool_output(server: RunningServer, tokenizer: Any) -> None:
-    socket = Socket(server.base_url)
+def test_a_steer_during_a_tool_call_waits_for_the_tool_output(server: RunningServer, sdk_socket: SdkSocket, tokenizer: Any) -> None:
+    socket = sdk_socket
     socket.send({"type": "response.create", "model": MODEL, "store": False, "input": "Weather in Paris?",
                  "tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_weather"}})
     events = [socket.recv(timeout=300)]
@@ -173,8 +199,8 @@ def test_a_steer_during_a_tool_call_waits_for_the_tool_output(server: RunningSer
     assert "Also tell me a joke." in prompt and "Weather in Paris?" in prompt
 
 
-def test_errors_arrive_as_error_events_and_the_socket_goes_on(server: RunningServer) -> None:
-    socket = Socket(server.base_url)
+def test_errors_arrive_as_error_events_and_the_socket_goes_on(server: RunningServer, sdk_socket: SdkSocket) -> None:
+    socket = sdk_socket
     socket.send({"type": "response.create", "model": MODEL, "input": [{"role": "wizard", "content": "x"}]})
     bad = socket.recv()
     socket.send({"type": "response.create", "model": MODEL, "input": "hi", "previous_response_id": "resp_gone"})

@@ -452,3 +452,17 @@ def test_a_client_that_stops_reading_has_its_response_ended(tokenizer: Any) -> N
 
     asyncio.run(scenario())
     assert engine.aborted == [engine.requests[0].request_id]
+
+
+def test_frames_that_are_no_json_object_are_400_events_as_http_bodies_are(served: Served) -> None:
+    """Found by the WebSocket fuzz: nesting too deep for the JSON parser ended the connection."""
+    socket = Socket(served.base_url)
+    deep = '{"type": "response.create", "model": "%s", "input": "hi", "metadata": %s}' % (
+        MODEL, "[" * 100_000 + "]" * 100_000)
+    lone = '{"type": "response.create", "model": "%s", "input": "bad \\ud800 half"}' % MODEL
+    for frame in (deep, lone):
+        socket.send(frame)
+        error = socket.recv()
+        assert error["type"] == "error" and error["status"] == 400, error
+    socket.send({"type": "response.create", "model": MODEL, "input": "still there?"})
+    assert socket.until_terminal()[-1]["type"] == "response.completed"

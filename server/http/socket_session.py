@@ -12,6 +12,7 @@ from typing import Any, Awaitable, Callable
 from pydantic import ValidationError
 
 from server.http import steering
+from server.http.bodies import parsed_object
 from server.http.errors import APIError, api_error_of, from_validation_error
 from server.http.steering import Steer, SteerRefused
 from server.metrics import CLIENT_ERRORS, WEBSOCKET_EVENTS
@@ -77,12 +78,9 @@ class SocketSession:
             return await self.error(APIError(f"The event is larger than this server accepts ({limit} bytes).",
                                              status=413, code="request_too_large"))
         try:
-            event = json.loads(text)
-        except ValueError:
-            return await self.error(APIError("The frame is not JSON: send each client event as a JSON text frame.",
-                                             code="invalid_json"))
-        if not isinstance(event, dict):
-            return await self.error(APIError("A client event is a JSON object with a `type`.", code="invalid_event"))
+            event = parsed_object(text, "client event")
+        except APIError as refused:
+            return await self.error(refused)
         kind = event.get("type")
         WEBSOCKET_EVENTS.labels("in", kind if kind in _CLIENT_EVENTS else "unknown").inc()
         if kind == "response.create":
