@@ -41,7 +41,7 @@ def agent_loop(port: int, model: str, turns: int, mode: str) -> None:
     with httpx.Client(timeout=600) as client:
         for _ in range(turns):
             body: dict[str, Any] = {"model": model, "tools": TOOLS, "tool_choice": "required", "temperature": 0,
-                                    "max_output_tokens": 48, "input": history, "store": mode == "chained"}
+                                    "max_output_tokens": 128, "input": history, "store": mode == "chained"}
             if previous:
                 body["previous_response_id"] = previous
             response = _over_socket(socket, body) if socket else client.post(

@@ -118,7 +118,7 @@ def hermes_messages(messages: list[ChatMessage], tools: list[dict[str, Any]]) ->
     out: list[ChatMessage] = []
     for message in messages:
         if message.get("tool_calls"):
-            calls = "".join(
+            calls = "\n".join(  # parallel calls one per line, as Hermes models write them
                 "<tool_call>\n" + json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]})
                 + "\n</tool_call>" for c in message["tool_calls"])
             out.append({"role": "assistant", "content": (message.get("content") or "") + calls})
