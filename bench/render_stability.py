@@ -28,7 +28,7 @@ from bench.serving import ENGINE_FLAGS, Server  # noqa: E402
 
 TOOLS = [{"type": "function", "name": "read_file", "description": "Read a file of the project.",
           "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}]
-FILE = "def handler(request):\n" + "".join(f"    step_{n} = transform(request, {n})\n" for n in range(12))
+FILE = "def handler(request):\n" + "".join(f"    step_{n} = transform(request, {n})\n" for n in range(4))
 MODES = ("chained", "stateless", "websocket")
 
 
@@ -40,12 +40,17 @@ def agent_loop(port: int, model: str, turns: int, mode: str) -> None:
     socket = _socket(port) if mode == "websocket" else None
     with httpx.Client(timeout=600) as client:
         for _ in range(turns):
+            # One call per turn: the bundled model repeats calls until max_output_tokens cuts one in half, and a cut
+            # call is no item to render back (that part of a turn can never be a prefix, whatever the renderer).
             body: dict[str, Any] = {"model": model, "tools": TOOLS, "tool_choice": "required", "temperature": 0,
-                                    "max_output_tokens": 128, "input": history, "store": mode == "chained"}
+                                    "parallel_tool_calls": False, "max_output_tokens": 128, "input": history,
+                                    "store": mode == "chained"}
             if previous:
                 body["previous_response_id"] = previous
             response = _over_socket(socket, body) if socket else client.post(
                 f"http://127.0.0.1:{port}/v1/responses", json=body).json()
+            if "output" not in response:
+                raise RuntimeError(f"turn refused: {response}")
             calls = [item for item in response["output"] if item["type"] == "function_call"]
             outputs = [{"type": "function_call_output", "call_id": call["call_id"], "output": FILE} for call in calls]
             if mode == "stateless":

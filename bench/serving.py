@@ -263,8 +263,9 @@ def main() -> None:
     options.add_argument("--max-tokens", type=int, default=64)
     options.add_argument("--agent-turns", type=int, default=6)
     options.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    options.add_argument("--parts", default="waves,agent,pipeline",
-                         help="what to run (comma-separated): waves (the three systems), agent, pipeline")
+    options.add_argument("--parts", default="waves,agent,stability,pipeline",
+                         help="what to run (comma-separated): waves (the three systems), agent, stability (render "
+                         "stability across agent turns, bench/render_stability.py), pipeline")
     args = options.parse_args()
     counts = [int(n) for n in args.streams.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -297,6 +298,11 @@ def main() -> None:
             report["agent"] = {"previous_response_id": agent_turns(8703, name, args.agent_turns, stateless=False),
                                "stateless_resend": agent_turns(8703, name, args.agent_turns, stateless=True)}
         (args.out / "agent.db").unlink(missing_ok=True)
+    if "stability" in parts:
+        print("[bench] render stability across agent turns ...", file=sys.stderr, flush=True)
+        from bench import render_stability
+
+        report["render_stability"] = render_stability.measure(args.agent_turns, args.out)
     if "pipeline" in parts:
         print("[bench] pipeline cost per token ...", file=sys.stderr, flush=True)
         report["pipeline"] = measure()
@@ -315,6 +321,9 @@ def main() -> None:
         print(f"\nagent, {mode}: " + ", ".join(
             f"turn {r['turn']}: {r['cached_tokens']}/{r['input_tokens']} cached ({r['prefix_cache_hit_ratio']:.0%}), "
             f"{r['seconds']} s" if "error" not in r else f"turn {r['turn']}: {r['error']}" for r in rows))
+    for label, modes in report.get("render_stability", {}).items():
+        for mode, shares in modes.items():
+            print(f"\nrender stability, {label}, {mode}: " + ", ".join(f"{share:.1%}" for share in shares))
     if "pipeline" in report:
         print(f"\npipeline: {json.dumps(report['pipeline'])}")
     (args.out / "waves.partial.json").unlink(missing_ok=True)
