@@ -24,10 +24,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.serving import ENGINE_FLAGS, Server  # noqa: E402
+from bench.serving import ENGINE_FLAGS, TOOLS, Server  # noqa: E402  (the agent workload's tool)
 
-TOOLS = [{"type": "function", "name": "read_file", "description": "Read a file of the project.",
-          "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}]
 FILE = "def handler(request):\n" + "".join(f"    step_{n} = transform(request, {n})\n" for n in range(4))
 MODES = ("chained", "stateless", "websocket")
 

@@ -22,4 +22,4 @@ class ServerConfig:
     default_max_output_tokens: int | None = None  # the cap of a request that sets no max_output_tokens
     allowed_media_domains: tuple[str, ...] = ()  # hosts image URLs may be fetched from (none: data URLs only)
     websocket: bool = True  # WebSocket mode on GET /v1/responses (off: an upgrade gets 426, clients fall back to HTTP)
-    websocket_max_seconds: float = 3600.0  # a connection's lifetime, as OpenAI's (then connection_limit_reached)
+    websocket_max_seconds: float = 3600.0  # a connection's lifetime, as OpenAI's; then it ends with an error

@@ -303,10 +303,9 @@ class ResponsesRequest(_Lenient):
     def compact_threshold(self, context_length: int) -> int | None:
         """The rendered input's size in tokens past which the context is compacted first (`context_management`;
         three quarters of the context when no threshold is given); None: never."""
-        entries = [entry for entry in self.context_management or () if entry.type == "compaction"]
-        given = [entry.compact_threshold for entry in entries if entry.compact_threshold is not None]
-        if not entries:
+        if not self.context_management:  # every entry is a compaction (the only type there is)
             return None
+        given = [entry.compact_threshold for entry in self.context_management if entry.compact_threshold is not None]
         return min(given) if given else context_length * 3 // 4
 
     def input_items(self) -> list[Any]:

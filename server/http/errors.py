@@ -41,13 +41,17 @@ class APIError(Exception):
         self.code = code
         self.headers = headers
 
+    def count(self) -> None:
+        """A 4xx answer (over HTTP or as a WebSocket error event) counted by its code in the metrics."""
+        if 400 <= self.status < 500:
+            CLIENT_ERRORS.labels(str(self.status), self.code or self.type).inc()
+
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def response(self, headers: dict[str, str] | None = None) -> JSONResponse:
         """The JSON answer; a 4xx is counted by its code in the metrics."""
-        if 400 <= self.status < 500:
-            CLIENT_ERRORS.labels(str(self.status), self.code or self.type).inc()
+        self.count()
         return JSONResponse(self.body(), status_code=self.status, headers=headers or self.headers)
 
 
@@ -62,8 +66,14 @@ def from_request_error(exc: RequestError) -> APIError:
     return APIError(exc.message, status=status, param=exc.param, code=exc.code)
 
 
+# What `api_error_of` answers for what it is; anything else is a 500, logged with its traceback.
 _KNOWN = (APIError, RequestValidationError, StarletteHTTPException, RequestError, Overloaded, Draining,
-          GenerationFailed, StoreRejected, StoreUnavailable)  # what `api_error_of` answers for what it is; anything else is a 500
+          GenerationFailed, StoreRejected, StoreUnavailable)
+
+
+def unexpected(exc: Exception) -> bool:
+    """An exception the server did not expect: its answer is a 500, and its traceback belongs in the log."""
+    return not isinstance(exc, _KNOWN)
 
 
 def api_error_of(exc: Exception) -> APIError:
@@ -99,7 +109,7 @@ def api_error_of(exc: Exception) -> APIError:
 async def error_handler(request: Request, exc: Exception) -> JSONResponse:
     """Every error leaves as its OpenAI error body; one the server did not expect is logged with its traceback."""
     error = api_error_of(exc)
-    if not isinstance(exc, _KNOWN):
+    if unexpected(exc):
         logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     elif isinstance(exc, (APIError, RequestError)):
         logger.info("%s %s -> %d %s", request.method, request.url.path, error.status, error.message)

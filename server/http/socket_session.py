@@ -13,9 +13,9 @@ from pydantic import ValidationError
 
 from server.http import steering
 from server.http.bodies import parsed_object
-from server.http.errors import APIError, api_error_of, from_validation_error
+from server.http.errors import APIError, api_error_of, from_validation_error, unexpected
 from server.http.steering import Steer, SteerRefused
-from server.metrics import CLIENT_ERRORS, WEBSOCKET_EVENTS
+from server.metrics import WEBSOCKET_EVENTS
 from server.requests import ResponsesRequest
 from server.runs.prepare import prepare_stored_run
 from server.runs.stored_run import StoredRun
@@ -93,16 +93,16 @@ class SocketSession:
     async def error(self, exc: Exception, lane: Lane | None = None) -> None:
         """An `error` event in the SDK's shape (`ResponseWsError`), with the status HTTP would have answered."""
         error = api_error_of(exc)
-        if error.status >= 500 and not isinstance(exc, APIError):
-            logger.warning("a WebSocket request failed: %s", error.message, exc_info=error.status == 500)
-        if 400 <= error.status < 500:
-            CLIENT_ERRORS.labels(str(error.status), error.code or error.type).inc()
+        if unexpected(exc):
+            logger.error("a WebSocket request failed", exc_info=exc)
+        elif error.status >= 500:
+            logger.warning("a WebSocket request failed: %s", error.message)
+        error.count()
         WEBSOCKET_EVENTS.labels("out", "error").inc()
-        body: dict[str, Any] = {"type": "error", "status": error.status, "error": {
-            "type": error.type, "code": error.code or error.type, "message": error.message, "param": error.param}}
+        fields = {**error.body()["error"], "code": error.code or error.type}  # the spec's error event needs a code
         if error.headers:
-            body["error"]["headers"] = error.headers
-        data = json.dumps(body)
+            fields["headers"] = error.headers
+        data = json.dumps({"type": "error", "status": error.status, "error": fields})
         await self.send(lane.tagged(data) if lane is not None else data)
 
     async def finish(self) -> None:

@@ -130,14 +130,16 @@ class ResponseRun:
 
     def _stop_at(self, finished: Finished) -> None:
         self._stopping = finished
-        if self._waiting is not None and (finished.reason != "steered" or not self.builder.in_tool_call):
+        if self._waiting is not None and self._may_stop_now():
             self._waiting.cancel()  # `_next_step` turns this into the end of the steps
 
     def _stops_after(self, step: EngineStep) -> bool:
         """The run was asked to stop, and this step (the model has not finished) is a place to stop at."""
-        if self._stopping is None or step.finish_reason:
-            return False
-        return self._stopping.reason != "steered" or not self.builder.in_tool_call
+        return not step.finish_reason and self._may_stop_now()
+
+    def _may_stop_now(self) -> bool:
+        """A stop was asked for and may happen here: a stop at once, a steer when no tool call is open."""
+        return self._stopping is not None and (self._stopping.reason != "steered" or not self.builder.in_tool_call)
 
     async def _next_step(self, steps: AsyncIterator[EngineStep]) -> EngineStep | None:
         """The engine's next step; None when there are no more, or when `stop()` interrupted the wait."""

@@ -120,9 +120,10 @@ def _compacting(context: ServingContext, conversation: ResponsesRequest, body: R
         async for _ in summary.events():
             pass
         result = CompactionRun.from_summary(summary.response(), conversation, context)
-        item = ResponseCompactionItem.model_validate(result["output"][0])
-        compacted = open_sealed_items(conversation.model_copy(update={"input": [
-            CompactionItem.model_validate(item.model_dump())]}), context.sealer)
+        made = result["output"][0]
+        item = ResponseCompactionItem.model_validate(made)  # the output item; as input, it opens into the context
+        compacted = open_sealed_items(conversation.model_copy(update={"input": [CompactionItem.model_validate(made)]}),
+                                      context.sealer)
         return Continuation(item, prepare_run(context, compacted, body, fetched), _usage(summary.response()))
 
     return compact
