@@ -300,3 +300,48 @@ def test_harmony_output_the_grammar_allows_parses_as_the_call() -> None:
     deltas = merge_adjacent(parser.feed(tokens) + parser.finish())
     assert [type(d) for d in deltas] == [ReasoningText, ItemEnded, ToolCallStarted, ToolCallArguments, ItemEnded]
     assert json.loads(deltas[3].text) == {"city": "Paris", "unit": "c"}
+
+
+# -- tool calls under the output budget ----------------------------------------------------------------------------
+
+def _budgeted(budget: int, **fields: Any) -> OutputRules:
+    request = _request(**fields)
+    return output_rules(request, tool_table(request), tool_definitions(request), budget=budget)
+
+
+@pytest.mark.parametrize("budget", [256, 512, 2048])
+def test_a_called_tools_arguments_close_within_the_output_budget(budget: int) -> None:
+    """A string argument the model never ends (as SmolLM2 once wrote a `tz`) must still close: the grammar refuses
+    a first call longer than `max_output_tokens` bytes (each token writes at least one byte)."""
+    tag = chat_structural_tag(_budgeted(budget, tools=[TIME], tool_choice="required"), CALL_SYNTAX["hermes"])
+    assert tag is not None
+    grammar = xgrammar.Grammar.from_structural_tag(tag)
+
+    def call(tz: str) -> str:
+        return HERMES_TIME.replace('"CET"', json.dumps(tz))
+
+    assert accepts(grammar, call("Europe/Paris"))
+    low, high = 0, budget  # the longest accepted run of "x" (acceptance only falls as the string grows)
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if accepts(grammar, call("x" * middle)) else (low, middle - 1)
+    longest = low
+    assert len(call("x" * longest).encode()) <= budget
+    # The bound assumes 4-byte characters and keeps half for escapes: plain ASCII gets at least a tenth.
+    assert longest >= (budget - len(call("").encode())) // 10, "the bound leaves a useful string"
+
+
+@pytest.mark.parametrize("budget", [256, 512])
+def test_a_harmony_calls_arguments_close_within_the_output_budget(budget: int) -> None:
+    tag = HarmonyPath(ServerConfig(served_model_name="gpt-oss")).structural_tag(
+        _budgeted(budget, tools=[TIME], tool_choice="required"))
+    assert tag is not None
+    header = "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>"
+    assert _harmony_run(tag, header + '{"tz": "CET"}<|call|>')
+    encoding = harmony_encoding()
+    one_byte = encoding.encode("x")  # a token of one byte, the least a token writes
+    tokens = encoding.encode(header + '{"tz": "', allowed_special="all") + one_byte * (budget + 1)
+    matcher = xgrammar.GrammarMatcher(_harmony_compiler().compile_structural_tag(tag))
+    accepted = next((n for n, token_id in enumerate(tokens) if not matcher.accept_token(token_id)), len(tokens))
+    assert accepted < len(tokens), "a string argument with no end is cut by the grammar"
+    assert accepted <= budget

@@ -55,7 +55,7 @@ def chat_structural_tag(rules: OutputRules, syntax: CallSyntax | None) -> str | 
         return _structural_tag(answer)
     if syntax is None:
         raise ValueError("this tool-call format has no grammar")
-    tags = [_call_tag(syntax, name, schema) for name, schema in calls.schemas.items()]
+    tags = [_call_tag(syntax, name, schema, rules.answer_budget) for name, schema in calls.schemas.items()]
     limit = rules.max_calls or GRAMMAR_CALL_LIMIT
     if calls.required:
         return _structural_tag(_calls_only(tags, syntax, limit))
@@ -71,10 +71,20 @@ def grammar_format(schema: dict[str, Any], budget: int | None = None) -> Format:
     return {"type": "grammar", "grammar": json_grammar(schema, budget)}
 
 
-def _call_tag(syntax: CallSyntax, name: str, schema: dict[str, Any]) -> Format:
-    content = grammar_format(schema) if syntax.style == "json" else {
+def call_budget(budget: int | None, *fixed: str) -> int | None:
+    """The bytes a call's arguments may take so that the call, with its `fixed` text, fits the output budget: a
+    string argument the model never ends still closes (None: no budget, or none left beyond the fixed text)."""
+    if budget is None:
+        return None
+    left = budget - sum(len(text.encode()) for text in fixed)
+    return left if left > 0 else None
+
+
+def _call_tag(syntax: CallSyntax, name: str, schema: dict[str, Any], budget: int | None) -> Format:
+    begin = syntax.begin(name)
+    content = grammar_format(schema, call_budget(budget, begin, syntax.end)) if syntax.style == "json" else {
         "type": "json_schema", "json_schema": schema, "style": syntax.style}
-    return {"type": "tag", "begin": syntax.begin(name), "content": content, "end": syntax.end}
+    return {"type": "tag", "begin": begin, "content": content, "end": syntax.end}
 
 
 def _calls_only(tags: list[Format], syntax: CallSyntax, limit: int) -> Format:

@@ -13,7 +13,7 @@ import json
 from typing import Any, Callable
 
 from parsers.harmony import FUNCTIONS_PREFIX
-from server.constraints.chat import Format, grammar_format
+from server.constraints.chat import Format, call_budget, grammar_format
 from server.constraints.rules import OutputRules
 
 SPECIAL_TOKENS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|return|>", "<|call|>")
@@ -32,7 +32,7 @@ def harmony_structural_tag(rules: OutputRules, token_id: Callable[[str], int]) -
                       grammar_format(rules.answer_schema, rules.answer_budget) if rules.answer_schema is not None else text)
     endings = [] if rules.calls is not None and rules.calls.required else [final]
     if rules.calls is not None:
-        endings += [_call(ids, name, schema) for name, schema in rules.calls.schemas.items()]
+        endings += [_call(ids, name, schema, rules.answer_budget) for name, schema in rules.calls.schemas.items()]
     earlier = {"type": "star", "content": {"type": "or", "elements": [_message(ids, "analysis", text),
                                                                       _message(ids, "commentary", text)]}}
     turn = _sequence(earlier, endings[0] if len(endings) == 1 else {"type": "or", "elements": endings})
@@ -45,9 +45,11 @@ def _message(ids: dict[str, int], channel: str, text: Format) -> Format:
     return _sequence(_token(ids["<|channel|>"]), _text(channel), body, _token(ids["<|start|>"]), _text("assistant"))
 
 
-def _call(ids: dict[str, int], name: str, schema: dict[str, Any]) -> Format:
-    return _sequence(_token(ids["<|channel|>"]), _text(f"commentary to={FUNCTIONS_PREFIX}{name} "),
-                     _token(ids["<|constrain|>"]), _text("json"), _token(ids["<|message|>"]), grammar_format(schema))
+def _call(ids: dict[str, int], name: str, schema: dict[str, Any], budget: int | None) -> Format:
+    header = f"commentary to={FUNCTIONS_PREFIX}{name} "
+    arguments = grammar_format(schema, call_budget(budget, header, "json", "...."))  # 4 special tokens, one each
+    return _sequence(_token(ids["<|channel|>"]), _text(header), _token(ids["<|constrain|>"]), _text("json"),
+                     _token(ids["<|message|>"]), arguments)
 
 
 def _free_text() -> Format:
