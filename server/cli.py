@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--websocket-max-seconds", type=float, default=3600.0, metavar="SECONDS",
                         help="a WebSocket connection's lifetime, as OpenAI's (default 60 minutes); its responses "
                         "finish, then it ends with websocket_connection_limit_reached")
+    server.add_argument("--api-server-count", type=int, default=1, metavar="N",
+                        help="N API server processes on one port in front of one engine core, as `vllm serve "
+                        "--api-server-count` (default 1); they share the store, so use sqlite or postgresql")
     server.add_argument("--uvicorn-log-level", default="info", help="uvicorn log level")
     vllm_engine.add_engine_arguments(parser)
     # vLLM's own --shutdown-timeout (0 = abort) also bounds how long running responses may finish on SIGTERM
@@ -149,24 +152,56 @@ def data_dir() -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from server.http.app import create_app
-    from server.http.graceful import serve
-    from server.serving import ServingContext
-    from server.runs.background import BackgroundRuns
-
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        check_reasoning_parser(args.reasoning_parser or None)
-        check_tool_call_parser(args.tool_call_parser)
+        app, context = build_app(args)  # with several API processes, in the parent only to check every flag
     except ValueError as exc:
         parser.error(str(exc))
+    processes = f" from {args.api_server_count} API processes" if args.api_server_count > 1 else ""
+    print(f"[responses-server] serving '{context.config.served_model_name}' on http://{args.host}:{args.port}/v1"
+          f"{processes}", file=sys.stderr, flush=True)
+    if args.api_server_count > 1:
+        from server.api_processes import serve_api_processes
+
+        serve_api_processes(args)
+    else:
+        _serve(app, context, args)
+
+
+def serve_api_process(args: argparse.Namespace, engine: Any, process: int, sock: socket.socket) -> None:
+    """API process `process` of several: its own app, accepting on their shared listening `sock`."""
+    app, context = build_app(args, engine, process)
+    _serve(app, context, args, sock)
+
+
+def _serve(app: Any, context: Any, args: argparse.Namespace, sock: socket.socket | None = None) -> None:
+    from server.http.graceful import serve
+
+    serve(app, context.admission, args.host, args.port, args.uvicorn_log_level, args.shutdown_timeout,
+          max_frame_bytes=args.max_body_bytes, sock=sock)
+
+
+def build_app(args: argparse.Namespace, engine: Any = None, process: int | None = None) -> tuple[Any, Any]:
+    """The app and its serving context from parsed flags (raises ValueError for a flag that cannot work).
+
+    `engine` starts the engine (default: from the flags); `process` is this API process's index when there are
+    several, which names it as a replica of its own in the shared store.
+    """
+    from server.http.app import create_app
+    from server.serving import ServingContext
+    from server.runs.background import BackgroundRuns
+
+    check_reasoning_parser(args.reasoning_parser or None)
+    check_tool_call_parser(args.tool_call_parser)
+    if args.api_server_count < 1:
+        raise ValueError("--api-server-count must be 1 or more")
     resolve_model(args)
     try:
         keys = api_keys(args.api_key, args.api_key_file)
     except OSError as exc:
-        parser.error(f"--api-key-file: {exc}")
+        raise ValueError(f"--api-key-file: {exc}") from exc
     config = ServerConfig(
         served_model_name=served_name(args),
         api_keys=keys,
@@ -182,22 +217,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         allowed_media_domains=tuple(getattr(args, "allowed_media_domains", None) or ()),  # vLLM's flag, read too
         websocket=args.websocket,
         websocket_max_seconds=args.websocket_max_seconds,
+        api_process=process,
     )
-    try:
-        store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count),
-                           data_dir() / "responses.db")
-    except ValueError as exc:
-        parser.error(str(exc))
-    try:
-        sealer = sealer_from(args.reasoning_key, data_dir())
-    except ValueError as exc:
-        parser.error(str(exc))
-    background = BackgroundRuns(owner=args.replica_id or f"{socket.gethostname()}:{args.port}",
+    store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count),
+                       data_dir() / "responses.db")
+    sealer = sealer_from(args.reasoning_key, data_dir())
+    replica = args.replica_id or f"{socket.gethostname()}:{args.port}"
+    background = BackgroundRuns(owner=replica if process is None else f"{replica}/{process}",
                                 lease_seconds=args.lease_seconds)
-    context = ServingContext(config=config, engine_factory=engine_factory(args), store=store, sealer=sealer,
-                             background=background)
-    app = create_app(context)
-    print(f"[responses-server] serving '{config.served_model_name}' on http://{args.host}:{args.port}/v1",
-          file=sys.stderr, flush=True)
-    serve(app, context.admission, args.host, args.port, args.uvicorn_log_level, args.shutdown_timeout,
-          max_frame_bytes=args.max_body_bytes)
+    context = ServingContext(config=config, engine_factory=engine or engine_factory(args), store=store,
+                             sealer=sealer, background=background)
+    return create_app(context), context

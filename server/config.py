@@ -23,3 +23,4 @@ class ServerConfig:
     allowed_media_domains: tuple[str, ...] = ()  # hosts image URLs may be fetched from (none: data URLs only)
     websocket: bool = True  # WebSocket mode on GET /v1/responses (off: an upgrade gets 426, clients fall back to HTTP)
     websocket_max_seconds: float = 3600.0  # a connection's lifetime, as OpenAI's; then it ends with an error
+    api_process: int | None = None  # this process's index when several API processes share the port

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, multiprocess
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80)
 _DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
+_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5)
 _STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 HTTP_REQUESTS = Counter("responses_server_http_requests", "HTTP requests answered, by method, route and status code",
@@ -21,14 +23,26 @@ TIME_TO_FIRST_TOKEN = Histogram("responses_server_time_to_first_token_seconds",
 RESPONSE_DURATION = Histogram("responses_server_response_duration_seconds",
                               "From the start of a response to its terminal event", buckets=_DURATION_BUCKETS)
 OUTPUT_TOKENS = Counter("responses_server_output_tokens", "Tokens generated for responses")
-WEBSOCKET_CONNECTIONS = Gauge("responses_server_websocket_connections", "WebSocket connections open now")
+WEBSOCKET_CONNECTIONS = Gauge("responses_server_websocket_connections", "WebSocket connections open now",
+                              multiprocess_mode="livesum")
 WEBSOCKET_EVENTS = Counter("responses_server_websocket_events", "WebSocket events, by direction (in: client events, "
                            "out: server events) and type", ["direction", "type"])
-ACTIVE_STREAMS = Gauge("responses_server_active_streams", "SSE streams open now")
+ACTIVE_STREAMS = Gauge("responses_server_active_streams", "SSE streams open now", multiprocess_mode="livesum")
 CLIENT_DISCONNECTS = Counter("responses_server_client_disconnects",
                              "Responses whose client went away before the end (their engine requests were aborted)")
 STORE_SECONDS = Histogram("responses_server_store_operation_seconds", "Response store calls, by backend and operation",
                           ["backend", "operation"], buckets=_STORE_BUCKETS)
+EVENT_LOOP_LAG = Histogram("responses_server_event_loop_lag_seconds", "How late the event loop ran a timer that was "
+                           "due (sampled every 0.1 s): what every stream's next event waited", buckets=_LAG_BUCKETS)
+
+
+async def watch_event_loop_lag(interval: float = 0.1) -> None:
+    """Every `interval` seconds, observe how late the running loop woke a sleeper, until cancelled."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + interval
+        await asyncio.sleep(interval)
+        EVENT_LOOP_LAG.observe(max(0.0, loop.time() - due))
 
 
 def metrics_registry() -> CollectorRegistry:

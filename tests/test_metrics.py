@@ -121,3 +121,32 @@ def test_websocket_connections_and_events_are_counted(measured: Harness, tokeniz
                  type="response.output_text.delta") == sum(e["type"] == "response.output_text.delta" for e in sent)
     assert moved("responses_server_responses_total", status="completed", mode="websocket") == 1
     assert moved("responses_server_client_errors_total", status="400", code="unknown_event") == 1
+
+
+def test_the_event_loop_lag_is_measured_while_the_loop_is_blocked() -> None:
+    """A loop blocked for 0.3 s shows a lag of at least that (a loaded machine can only add to it)."""
+    import asyncio
+
+    from server.metrics import EVENT_LOOP_LAG, watch_event_loop_lag
+
+    def observed() -> tuple[float, float]:
+        samples = {s.name: s.value for m in EVENT_LOOP_LAG.collect() for s in m.samples if not s.labels}
+        return samples["responses_server_event_loop_lag_seconds_count"], samples[
+            "responses_server_event_loop_lag_seconds_sum"]
+
+    async def block_while_watched() -> None:
+        watcher = asyncio.create_task(watch_event_loop_lag(interval=0.01))
+        await asyncio.sleep(0.05)
+        time.sleep(0.3)
+        await asyncio.sleep(0.05)
+        watcher.cancel()
+
+    count, total = observed()
+    asyncio.run(block_while_watched())
+    later_count, later_total = observed()
+    assert later_count > count and later_total - total >= 0.29
+
+
+def test_the_served_app_reports_its_event_loop_lag(measured: Harness) -> None:
+    time.sleep(0.3)
+    assert value(scrape(measured.base_url), "responses_server_event_loop_lag_seconds_count") > 0

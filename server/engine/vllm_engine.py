@@ -1,4 +1,4 @@
-"""The engine adapter around vLLM's AsyncLLM, with vLLM's argument parser and tokenizer loading.
+"""The engine adapter around vLLM's AsyncLLM, with vLLM's argument parser, tokenizer loading and multi-API-server launch.
 
 vLLM is imported here and in `server/paths/vllm_tool_parser.py` (vLLM's tool parsers), nowhere else.
 """
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any, AsyncIterator
+import socket
+from typing import Any, AsyncIterator, Callable
 
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, EngineStep, StepLogprob
 
@@ -83,6 +84,23 @@ class VllmEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         return cls(AsyncLLM.from_engine_args(args))
+
+    @classmethod
+    def connect(cls, args: argparse.Namespace, client_config: dict[str, Any]) -> "VllmEngine":
+        """Join an engine core started by `run_api_processes`, as API process `client_index` of `client_count`
+        (inside a running event loop)."""
+        from vllm.usage.usage_lib import UsageContext
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        addresses = {key: value for key, value in client_config.items()
+                     if key not in ("client_count", "client_index", "api_server_loads")}
+        count, index = client_config["client_count"], client_config["client_index"]
+        arguments = engine_args(args)
+        arguments._api_process_count, arguments._api_process_rank = count, index
+        vllm_config = arguments.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+        return cls(AsyncLLM.from_vllm_config(vllm_config=vllm_config, client_addresses=addresses,
+                                             client_count=count, client_index=index,
+                                             disable_log_stats=arguments.disable_log_stats))
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         from vllm.inputs import TokensPrompt
@@ -173,3 +191,52 @@ def _step_logprobs(token_ids: Any, logprobs: Any, top_k: int) -> list[StepLogpro
         top = tuple((other, logprob) for _, other, logprob in ranked)
         steps.append(StepLogprob(token_id=token_id, logprob=chosen, top=top))
     return steps
+
+
+def server_socket(host: str, port: int) -> socket.socket:
+    """The listening socket several API processes share (bound here, before the engine starts, as vLLM does)."""
+    from vllm.entrypoints.launchers.launcher import create_server_socket
+
+    return create_server_socket((host, port), reuse_port=True)
+
+
+def share_prometheus_directory() -> None:
+    """Metrics from every API process, summed at `/metrics` (prometheus_client's multiprocess mode)."""
+    from vllm.v1.metrics.prometheus import setup_multiprocess_prometheus
+
+    setup_multiprocess_prometheus()
+
+
+def run_api_processes(args: argparse.Namespace, count: int, sock: socket.socket, listen_address: str,
+                      target: Callable[..., None], shutdown_timeout: float) -> None:
+    """vLLM's own multi-API-server launch, as `vllm serve --api-server-count`: one engine core process, and `count`
+    processes running `target(listen_address, sock, args, client_config)`, each with its client addresses to the
+    core; returns when they have exited (SystemExit or KeyboardInterrupt stops them, each given `shutdown_timeout`)."""
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.engine.utils import bind_engine_zmq_listeners, launch_core_engines
+    from vllm.v1.executor import Executor
+    from vllm.v1.utils import APIServerProcessManager, wait_for_completion_or_failure
+
+    arguments = engine_args(args)
+    arguments._api_process_count, arguments._api_process_rank = count, -1
+    vllm_config = arguments.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+    listeners = bind_engine_zmq_listeners(vllm_config, count)
+    manager = None
+    with launch_core_engines(vllm_config, Executor.get_class(vllm_config), not arguments.disable_log_stats,
+                             listeners.addresses) as launch:
+        coordinator = launch.coordinator
+        manager = APIServerProcessManager(
+            listen_address=listen_address, sock=sock, args=args, num_servers=count,
+            input_listeners=listeners.inputs, output_listeners=listeners.outputs, target_server_fn=target,
+            stats_update_address=coordinator.get_stats_publish_address() if coordinator else None,
+            tensor_queue=launch.tensor_queue)
+        launch.watched_frontend_processes = manager.processes
+    try:
+        wait_for_completion_or_failure(api_server_manager=manager, engine_manager=launch.engine_manager,
+                                       coordinator=coordinator)
+    finally:
+        manager.shutdown(timeout=shutdown_timeout)
+        if launch.engine_manager:
+            launch.engine_manager.shutdown(timeout=vllm_config.shutdown_timeout)
+        if coordinator:
+            coordinator.shutdown(timeout=vllm_config.shutdown_timeout)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
@@ -10,6 +11,7 @@ from fastapi import FastAPI
 from server.http import errors, instrumentation, openapi
 from server.http.auth import OPEN_PATHS, APIKeyMiddleware
 from server.http.limits import BodySizeLimit
+from server.metrics import watch_event_loop_lag
 from server.serving import ServingContext
 from server.http.conversation_routes import router as conversation_router
 from server.http.routes import router
@@ -26,9 +28,11 @@ def create_app(context: ServingContext) -> FastAPI:
         context.start()
         if context.store is not None:
             await context.background.recover(context.store)
+        lag = asyncio.create_task(watch_event_loop_lag())
         try:
             yield
         finally:
+            lag.cancel()
             await context.background.shutdown()
             await context.pending_saves.shutdown()
             if context.engine is not None:
@@ -42,7 +46,7 @@ def create_app(context: ServingContext) -> FastAPI:
     app.add_middleware(BodySizeLimit, max_bytes=context.config.max_body_bytes)
     open_paths = OPEN_PATHS - {"/metrics"} if context.config.metrics_need_key else OPEN_PATHS
     app.add_middleware(APIKeyMiddleware, keys=context.config.api_keys, open_paths=open_paths)
-    instrumentation.install(app)  # its middleware is added last, so it runs first and sees every answer
+    instrumentation.install(app, context.config.api_process)  # added last, runs first: it sees every answer
     errors.install(app)
     openapi.install(app)
     app.include_router(router)

@@ -51,8 +51,10 @@ class GracefulServer(uvicorn.Server):
 
 
 def serve(app: Any, admission: Admission, host: str, port: int, log_level: str, shutdown_timeout: float,
-          max_frame_bytes: int) -> None:
-    """Serve `app` (made by `create_app`) until SIGTERM or SIGINT; `max_frame_bytes` is the request body limit."""
+          max_frame_bytes: int, sock: socket.socket | None = None) -> None:
+    """Serve `app` (made by `create_app`) until SIGTERM or SIGINT; `max_frame_bytes` is the request body limit, and
+    `sock` a listening socket shared with other API processes (default: bind host and port)."""
     # Frames a little over the body limit still arrive, to be answered with a 413 error event rather than cut off.
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, ws_max_size=max_frame_bytes + 2**20)
-    GracefulServer(config, admission, shutdown_timeout, app.state.sockets.close_all).run()
+    GracefulServer(config, admission, shutdown_timeout, app.state.sockets.close_all).run(
+        sockets=[sock] if sock is not None else None)

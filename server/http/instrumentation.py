@@ -38,9 +38,31 @@ class RequestMetrics:
             HTTP_REQUESTS.labels(scope["method"], getattr(route, "path", "unmatched"), str(status)).inc()
 
 
-def install(app: FastAPI) -> None:
-    """Serve the registry at `/metrics` and count requests."""
+class ProcessHeader:
+    """Names the API process that answered (`responses-server-process: N`) when several share the port."""
+
+    def __init__(self, app: ASGIApp, process: int) -> None:
+        self.app = app
+        self.header = (b"responses-server-process", str(process).encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def naming_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), self.header]
+            await send(message)
+
+        await self.app(scope, receive, naming_send)
+
+
+def install(app: FastAPI, process: int | None) -> None:
+    """Serve the registry at `/metrics`, count requests and, with several API processes, name the one answering."""
     metrics = Mount("/metrics", make_asgi_app(registry=metrics_registry()))
     metrics.path_regex = re.compile("^/metrics(?P<path>.*)$")  # `/metrics` itself, without a redirect to `/metrics/`
     app.router.routes.append(metrics)
     app.add_middleware(RequestMetrics)
+    if process is not None:
+        app.add_middleware(ProcessHeader, process=process)
