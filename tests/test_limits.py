@@ -4,6 +4,7 @@ and a client that stops reading (the send timeout ends its stream)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import json
 import threading
 import time
@@ -69,7 +70,7 @@ def test_past_the_cap_a_request_is_a_429_and_the_place_comes_back(limited: Harne
         limited.engine.step_delay = 0.0
 
 
-def test_a_client_that_stops_reading_has_its_stream_ended() -> None:
+def test_a_client_that_stops_reading_has_its_stream_ended(caplog: pytest.LogCaptureFixture) -> None:
     """sse-starlette's send timeout, through our EventStream: no exception escapes, and the frames' generator
     is closed (which is what aborts a run's engine request)."""
     closed = threading.Event()
@@ -97,8 +98,10 @@ def test_a_client_that_stops_reading_has_its_stream_ended() -> None:
         scope = {"type": "http", "method": "POST", "path": "/v1/responses", "headers": []}
         await asyncio.wait_for(event_stream(frames(), config)(scope, receive, send), timeout=10)
 
-    asyncio.run(scenario())
+    with caplog.at_level(logging.INFO, logger="server.http.event_stream"):
+        asyncio.run(scenario())
     assert closed.is_set()
+    assert "the client stopped reading for 0.2s" in caplog.text  # ended by the send timeout, not the guard's
 
 
 def test_a_lone_surrogate_is_a_400_and_a_pair_is_text(limited: Harness, tokenizer: Any) -> None:
