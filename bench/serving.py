@@ -1,12 +1,17 @@
-"""The serving benchmark users can rerun (`make bench`): our server, vLLM's built-in `/v1/responses` server and raw
-AsyncLLM, in one run on one machine, with the same model, engine flags and chat-template prompts.
+"""The serving benchmark users can rerun (`make bench`): our server, vLLM's built-in `/v1/responses` server
+and raw AsyncLLM, in one run on one machine, with the same model, engine flags and chat-template prompts.
 
-    .venv/bin/python bench/serving.py [--streams 1,8,32,64] [--max-tokens 64] [--out bench/results]
+    .venv/bin/python bench/serving.py [--streams 1,8,32,64] [--rounds 5] [--max-tokens 64] [--out bench/results]
 
-For each system and each number of concurrent streams it reports output tokens/s and time to first token (p50, p99),
-and our ratios to both; then a multi-turn agent workload with tool calls on our server (previous_response_id, and
-stateless resend of the whole conversation), with the prefix-cache hit ratio of each turn; then the per-token cost
-of our parser, builder and SSE pipeline on one core. Writes serving.json and serving.png (matplotlib) in --out.
+The three systems run side by side (each with half the usual KV cache) in alternating rounds: in each round, at
+each concurrency, one wave on ours, one on vLLM's server, one on raw AsyncLLM. Per concurrency it reports the
+median tokens/s and time to first token of each, and the median over rounds of ours/vLLM's and ours/raw with
+their spread (the lowest and highest round, and the medians of the odd and of the even rounds). Then a multi-turn
+agent workload with tool calls on our server (previous_response_id, and stateless resend of the whole
+conversation), with the prefix-cache hit ratio of each turn; render stability across those turns
+(bench/render_stability.py); the frontend's ceiling on an engine that costs nothing (bench/ceiling.py); and the
+per-token cost of our parser, builder and SSE pipeline on one core. Writes serving.json and serving.png
+(matplotlib) in --out.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ sys.path.insert(0, str(ROOT))
 
 TOPICS = ["Paris", "rivers", "bridges", "museums", "trains", "gardens", "markets", "music"]
 ENGINE_FLAGS = ["--dtype", "float32", "--enforce-eager", "--gpu-memory-utilization", "0.3", "--max-model-len", "2048"]
+# The waves keep three engines up at once (ours, vLLM's server, raw AsyncLLM): each gets half the KV cache.
+WAVE_MEMORY = 0.15
+WAVE_FLAGS = [str(WAVE_MEMORY) if flag == "0.3" else flag for flag in ENGINE_FLAGS]
 START_TIMEOUT = 600
 
 
@@ -60,13 +68,6 @@ async def wave(streams: int, one: Callable[[int], Awaitable[tuple[float, int]]])
     results = await asyncio.gather(*(one(n) for n in range(streams)))
     return Wave(streams, [ttft for ttft, _ in results], sum(tokens for _, tokens in results),
                 time.perf_counter() - started)
-
-
-async def best_wave(streams: int, one: Callable[[int], Awaitable[tuple[float, int]]]) -> dict[str, float]:
-    """A short wave (8 streams or fewer, seconds long) is run 3 times and the median by tokens/s kept: on a shared
-    machine one short wave is mostly noise. Longer waves run once."""
-    waves = [(await wave(streams, one)).summary() for _ in range(3 if streams <= 8 else 1)]
-    return sorted(waves, key=lambda summary: summary["tokens_per_s"])[len(waves) // 2]
 
 
 # -- the two HTTP servers -----------------------------------------------------------------------
@@ -122,52 +123,80 @@ async def responses_stream(client: httpx.AsyncClient, url: str, model: str, n: i
     return (first or time.perf_counter()) - started, tokens if tokens is not None else deltas
 
 
-def http_waves(port: int, model: str, counts: list[int], max_tokens: int) -> list[dict[str, float]]:
-    async def run() -> list[dict[str, float]]:
-        limits = httpx.Limits(max_connections=max(counts) + 4)
-        async with httpx.AsyncClient(timeout=900, limits=limits) as client:
-            url = f"http://127.0.0.1:{port}/v1/responses"
-            await responses_stream(client, url, model, 0, 8)  # warm-up
-            return [await best_wave(count, lambda n: responses_stream(client, url, model, n, max_tokens))
-                    for count in counts]
-
-    return asyncio.run(run())
+SYSTEMS = ("ours", "vllm", "raw")
 
 
-# -- raw AsyncLLM -------------------------------------------------------------------------------
-
-
-def raw_waves(model_dir: str, counts: list[int], max_tokens: int) -> list[dict[str, float]]:
-    """The same prompts through the model's chat template, straight into AsyncLLM (no HTTP, no parsing)."""
+async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, counts: list[int], rounds: int,
+                             max_tokens: int) -> list[dict[str, dict[str, float]]]:
+    """`rounds` rounds; in each, at each concurrency, one wave on each system in turn (ours, vLLM's server, raw
+    AsyncLLM), so that whatever else loads the machine weighs on the three alike. Returns one row per round and
+    concurrency: {"streams": n, "round": r, system: wave summary}."""
     from vllm import SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.sampling_params import RequestOutputKind
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    async def run() -> list[dict[str, float]]:
-        llm = AsyncLLM.from_engine_args(AsyncEngineArgs(
-            model=model_dir, dtype="float32", enforce_eager=True, gpu_memory_utilization=0.3, max_model_len=2048))
-        tokenizer = llm.get_tokenizer()
-        counter = iter(range(1 << 30))
+    llm = AsyncLLM.from_engine_args(AsyncEngineArgs(model=model_dir, dtype="float32", enforce_eager=True,
+                                                    gpu_memory_utilization=WAVE_MEMORY, max_model_len=2048))
+    tokenizer = llm.get_tokenizer()
+    counter = iter(range(1 << 30))
 
-        async def one(n: int, tokens_wanted: int = max_tokens) -> tuple[float, int]:
-            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt(n)}], add_generation_prompt=True,
-                                                 tokenize=False)
-            ids = tokenizer.encode(text, add_special_tokens=False)
-            params = SamplingParams(max_tokens=tokens_wanted, temperature=0, output_kind=RequestOutputKind.DELTA)
-            started, first, count = time.perf_counter(), None, 0
-            async for out in llm.generate({"prompt_token_ids": ids}, params, f"bench-{next(counter)}"):
-                count += len(out.outputs[0].token_ids)
-                first = first or (time.perf_counter() if count else None)
-            return (first or time.perf_counter()) - started, count
+    async def raw(n: int, tokens_wanted: int = max_tokens) -> tuple[float, int]:
+        """The same prompt through the chat template, straight into AsyncLLM (no HTTP, no parsing)."""
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt(n)}], add_generation_prompt=True,
+                                             tokenize=False)
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        params = SamplingParams(max_tokens=tokens_wanted, temperature=0, output_kind=RequestOutputKind.DELTA)
+        started, first, count = time.perf_counter(), None, 0
+        async for out in llm.generate({"prompt_token_ids": ids}, params, f"bench-{next(counter)}"):
+            count += len(out.outputs[0].token_ids)
+            first = first or (time.perf_counter() if count else None)
+        return (first or time.perf_counter()) - started, count
 
-        try:
-            await one(0, 8)  # warm-up
-            return [await best_wave(count, one) for count in counts]
-        finally:
-            llm.shutdown()
+    limits = httpx.Limits(max_connections=max(counts) + 4)
+    try:
+        async with httpx.AsyncClient(timeout=900, limits=limits) as client:
+            def over_http(system: str) -> Callable[[int], Awaitable[tuple[float, int]]]:
+                url = f"http://127.0.0.1:{ports[system]}/v1/responses"
+                return lambda n: responses_stream(client, url, model, n, max_tokens)
 
-    return asyncio.run(run())
+            ones = {"ours": over_http("ours"), "vllm": over_http("vllm"), "raw": raw}
+            for system in SYSTEMS:  # warm-up
+                await wave(2, ones[system])
+            rows = []
+            for index in range(rounds):
+                for count in counts:
+                    row: dict[str, Any] = {"round": index + 1, "streams": count}
+                    for system in SYSTEMS:
+                        row[system] = (await wave(count, ones[system])).summary()
+                    rows.append(row)
+                    print(f"[bench] round {index + 1}, {count} streams: " + ", ".join(
+                        f"{system} {row[system]['tokens_per_s']} tok/s" for system in SYSTEMS),
+                        file=sys.stderr, flush=True)
+            return rows
+    finally:
+        llm.shutdown()
+
+
+def ratios(rows: list[dict[str, Any]], counts: list[int]) -> list[dict[str, Any]]:
+    """Per concurrency: the median over rounds of ours/vLLM's and ours/raw tokens/s, their spread (lowest and
+    highest round), and the medians of the odd and of the even rounds (how far half the rounds moves the median)."""
+    out = []
+    for count in counts:
+        mine = [row for row in rows if row["streams"] == count]
+        entry: dict[str, Any] = {"streams": count, "rounds": len(mine)}
+        for other in ("vllm", "raw"):
+            values = [row["ours"]["tokens_per_s"] / row[other]["tokens_per_s"] for row in mine]
+            entry[f"ours/{other}"] = {
+                "median": round(statistics.median(values), 3), "low": round(min(values), 3),
+                "high": round(max(values), 3),
+                "odd rounds": round(statistics.median(values[0::2]), 3),
+                "even rounds": round(statistics.median(values[1::2]), 3) if len(values) > 1 else None}
+        for system in SYSTEMS:
+            entry[f"{system} tok/s median"] = round(statistics.median(row[system]["tokens_per_s"] for row in mine), 1)
+            entry[f"{system} ttft p50 median"] = round(statistics.median(row[system]["ttft_p50_s"] for row in mine), 3)
+        out.append(entry)
+    return out
 
 
 # -- the agent workload -------------------------------------------------------------------------
@@ -218,41 +247,52 @@ def agent_turns(port: int, model: str, turns: int, stateless: bool) -> list[dict
 # -- report -------------------------------------------------------------------------------------
 
 
-def table(results: dict[str, list[dict[str, float]]]) -> str:
-    lines = ["| streams | ours tok/s | vLLM's server tok/s | raw AsyncLLM tok/s | ours / vLLM's | ours / raw "
-             "| our TTFT p50 / p99 | vLLM's TTFT p50 / p99 | raw TTFT p50 / p99 |", "|" + "---|" * 9]
-    for ours, theirs, raw in zip(results["ours"], results["vllm"], results["raw"]):
+def table(summary: list[dict[str, Any]]) -> str:
+    lines = ["| streams | rounds | ours tok/s | vLLM's server tok/s | raw AsyncLLM tok/s | ours / vLLM's, median (low-high) "
+             "| ours / raw, median (low-high) | TTFT p50: ours / vLLM's / raw |", "|" + "---|" * 8]
+    for entry in summary:
+        spread = {other: entry[f"ours/{other}"] for other in ("vllm", "raw")}
         lines.append(
-            f"| {ours['streams']} | {ours['tokens_per_s']} | {theirs['tokens_per_s']} | {raw['tokens_per_s']} "
-            f"| {ours['tokens_per_s'] / theirs['tokens_per_s']:.2f} | {ours['tokens_per_s'] / raw['tokens_per_s']:.2f} "
-            f"| {ours['ttft_p50_s']} / {ours['ttft_p99_s']} s | {theirs['ttft_p50_s']} / {theirs['ttft_p99_s']} s "
-            f"| {raw['ttft_p50_s']} / {raw['ttft_p99_s']} s |")
+            f"| {entry['streams']} | {entry['rounds']} | {entry['ours tok/s median']} | {entry['vllm tok/s median']} "
+            f"| {entry['raw tok/s median']} "
+            + "".join(f"| {r['median']:.2f} ({r['low']:.2f}-{r['high']:.2f}) " for r in spread.values())
+            + f"| {entry['ours ttft p50 median']} / {entry['vllm ttft p50 median']} / {entry['raw ttft p50 median']} s |")
     return "\n".join(lines)
 
 
-def plot(results: dict[str, list[dict[str, float]]], path: Path) -> None:
+def plot(rows: list[dict[str, Any]], summary: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     labels = {"ours": "responses-server", "vllm": "vLLM's /v1/responses", "raw": "raw AsyncLLM"}
-    figure, (throughput, ttft) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for system, rows in results.items():
-        streams = [row["streams"] for row in rows]
-        throughput.plot(streams, [row["tokens_per_s"] for row in rows], marker="o", label=labels[system])
-        ttft.plot(streams, [row["ttft_p50_s"] for row in rows], marker="o", label=f"{labels[system]} p50")
-        ttft.plot(streams, [row["ttft_p99_s"] for row in rows], marker="x", linestyle=":",
-                  color=ttft.lines[-1].get_color(), label=f"{labels[system]} p99")
-    for axes, title, unit in ((throughput, "Output throughput", "tokens/s"), (ttft, "Time to first token", "s")):
+    streams = [entry["streams"] for entry in summary]
+    figure, (throughput, ratio) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for system in SYSTEMS:
+        by_count = [[row[system]["tokens_per_s"] for row in rows if row["streams"] == count] for count in streams]
+        medians = [statistics.median(values) for values in by_count]
+        throughput.errorbar(streams, medians, yerr=[[m - min(v) for m, v in zip(medians, by_count)],
+                                                    [max(v) - m for m, v in zip(medians, by_count)]],
+                            marker="o", capsize=3, label=labels[system])
+    for other in ("vllm", "raw"):
+        medians = [entry[f"ours/{other}"]["median"] for entry in summary]
+        ratio.errorbar(streams, medians, yerr=[[m - entry[f"ours/{other}"]["low"] for m, entry in zip(medians, summary)],
+                                               [entry[f"ours/{other}"]["high"] - m for m, entry in zip(medians, summary)]],
+                       marker="o", capsize=3, label=f"ours / {labels[other]}")
+    ratio.axhline(1.0, color="grey", linewidth=0.8)
+    for axes, title, unit in ((throughput, "Output throughput (median, low-high)", "tokens/s"),
+                              (ratio, "Ratio of tokens/s (median over rounds, low-high)", "ratio")):
         axes.set_xscale("log", base=2)
         axes.set_xticks(streams, [str(count) for count in streams])
         axes.set_xlabel("concurrent streams")
         axes.set_ylabel(unit)
-        axes.set_title(title)
+        axes.set_title(title, fontsize=9)
         axes.grid(alpha=0.3)
         axes.legend(fontsize=7)
-    figure.suptitle("SmolLM2-135M-Instruct on the CPU build of vLLM (2 cores), one run", fontsize=10)
+    rounds = summary[0]["rounds"] if summary else 0
+    figure.suptitle(f"SmolLM2-135M-Instruct on the CPU build of vLLM (2 cores), {rounds} alternating rounds",
+                    fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
@@ -261,11 +301,13 @@ def main() -> None:
     options = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_argument("--streams", default="1,8,32,64", help="concurrent streams per wave, comma-separated")
     options.add_argument("--max-tokens", type=int, default=64)
+    options.add_argument("--rounds", type=int, default=5, help="alternating rounds of the three systems")
     options.add_argument("--agent-turns", type=int, default=6)
     options.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    options.add_argument("--parts", default="waves,agent,stability,pipeline",
+    options.add_argument("--parts", default="waves,agent,stability,ceiling,pipeline",
                          help="what to run (comma-separated): waves (the three systems), agent, stability (render "
-                         "stability across agent turns, bench/render_stability.py), pipeline")
+                         "stability across agent turns, bench/render_stability.py), ceiling (the frontend on an engine "
+                         "that costs nothing, bench/ceiling.py), pipeline")
     args = options.parse_args()
     counts = [int(n) for n in args.streams.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -275,22 +317,19 @@ def main() -> None:
 
     model_dir, name = str(ensure_bundled_model()), BUNDLED_MODEL_NAME
     python = sys.executable
-    results: dict[str, list[dict[str, float]]] = {}
     report: dict[str, Any] = {"model": name, "engine_flags": ENGINE_FLAGS, "max_output_tokens": args.max_tokens,
                               "machine": {"cpus": os.cpu_count()}}
     parts = set(args.parts.split(","))
     if "waves" in parts:
-        print(f"[bench] our server at {counts} streams ...", file=sys.stderr, flush=True)
-        with Server([python, "-m", "server", "--port", "8701", "--store", "none", *ENGINE_FLAGS],
-                    8701, args.out / "ours.log"):
-            results["ours"] = http_waves(8701, name, counts, args.max_tokens)
-        print("[bench] vLLM's built-in server ...", file=sys.stderr, flush=True)
-        with Server([python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--served-model-name",
-                     name, "--port", "8702", *ENGINE_FLAGS], 8702, args.out / "vllm.log"):
-            results["vllm"] = http_waves(8702, name, counts, args.max_tokens)
-        print("[bench] raw AsyncLLM ...", file=sys.stderr, flush=True)
-        results["raw"] = raw_waves(model_dir, counts, args.max_tokens)
-        (args.out / "waves.partial.json").write_text(json.dumps(results))  # kept if a later part fails
+        print(f"[bench] {args.rounds} alternating rounds at {counts} streams: our server, vLLM's, raw AsyncLLM ...",
+              file=sys.stderr, flush=True)
+        ours = [python, "-m", "server", "--port", "8701", "--store", "none", *WAVE_FLAGS]
+        theirs = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--served-model-name",
+                  name, "--port", "8702", *WAVE_FLAGS]
+        with Server(ours, 8701, args.out / "ours.log"), Server(theirs, 8702, args.out / "vllm.log"):
+            rows = asyncio.run(alternating_rounds({"ours": 8701, "vllm": 8702}, model_dir, name, counts, args.rounds,
+                                                  args.max_tokens))
+        (args.out / "waves.partial.json").write_text(json.dumps(rows))  # kept if a later part fails
     if "agent" in parts:
         print("[bench] agent workload on our server ...", file=sys.stderr, flush=True)
         with Server([python, "-m", "server", "--port", "8703", "--store", f"sqlite:///{args.out / 'agent.db'}",
@@ -303,31 +342,33 @@ def main() -> None:
         from bench import render_stability
 
         report["render_stability"] = render_stability.measure(args.agent_turns, args.out)
+    if "ceiling" in parts:
+        print("[bench] the frontend's ceiling ...", file=sys.stderr, flush=True)
+        from bench import ceiling
+
+        report["ceiling"] = ceiling.measure([1, 64, 256], 1000, [1, 2], profile=True, out=args.out)
     if "pipeline" in parts:
         print("[bench] pipeline cost per token ...", file=sys.stderr, flush=True)
         report["pipeline"] = measure()
-    if "waves" not in parts:
-        print(json.dumps(report, indent=2))
-        return
-    report["waves"] = results
-    report["ratios"] = [{"streams": o["streams"], "ours/vllm tok/s": round(o["tokens_per_s"] / v["tokens_per_s"], 3),
-                         "ours/raw tok/s": round(o["tokens_per_s"] / r["tokens_per_s"], 3),
-                         "ours/raw ttft p50": round(o["ttft_p50_s"] / r["ttft_p50_s"], 3)}
-                        for o, v, r in zip(results["ours"], results["vllm"], results["raw"])]
+    if "waves" in parts:
+        report["rounds"] = rows
+        report["ratios"] = ratios(rows, counts)
+        plot(rows, report["ratios"], args.out / "serving.png")
+        print(table(report["ratios"]))
     (args.out / "serving.json").write_text(json.dumps(report, indent=2) + "\n")
-    plot(results, args.out / "serving.png")
-    print(table(results))
-    for mode, rows in report.get("agent", {}).items():
+    for mode, agent_rows in report.get("agent", {}).items():
         print(f"\nagent, {mode}: " + ", ".join(
             f"turn {r['turn']}: {r['cached_tokens']}/{r['input_tokens']} cached ({r['prefix_cache_hit_ratio']:.0%}), "
-            f"{r['seconds']} s" if "error" not in r else f"turn {r['turn']}: {r['error']}" for r in rows))
+            f"{r['seconds']} s" if "error" not in r else f"turn {r['turn']}: {r['error']}" for r in agent_rows))
     for label, modes in report.get("render_stability", {}).items():
         for mode, shares in modes.items():
             print(f"\nrender stability, {label}, {mode}: " + ", ".join(f"{share:.1%}" for share in shares))
+    if "ceiling" in report:
+        print("\n" + ceiling.table(report["ceiling"]))
     if "pipeline" in report:
         print(f"\npipeline: {json.dumps(report['pipeline'])}")
     (args.out / "waves.partial.json").unlink(missing_ok=True)
-    print(f"wrote {args.out / 'serving.json'} and {args.out / 'serving.png'}")
+    print(f"wrote {args.out / 'serving.json'}" + (f" and {args.out / 'serving.png'}" if "waves" in parts else ""))
 
 
 if __name__ == "__main__":
