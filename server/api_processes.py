@@ -57,10 +57,11 @@ def _run_replays(args: argparse.Namespace, sock: socket.socket, listen_address: 
                  for index in range(count)]
     for process in processes:
         process.start()
+    stopped = False
     try:
         wait([process.sentinel for process in processes])  # one ended: stop the others
     except (SystemExit, KeyboardInterrupt):
-        pass
+        stopped = True
     finally:
         for process in processes:
             if process.is_alive():
@@ -69,6 +70,9 @@ def _run_replays(args: argparse.Namespace, sock: socket.socket, listen_address: 
             process.join(timeout)
             if process.is_alive():
                 process.kill()
+    failed = [process for process in processes if process.exitcode]
+    if failed and not stopped:
+        raise SystemExit(f"API process {failed[0].name} exited with {failed[0].exitcode}")
 
 
 def _stop_on_signals() -> None:
