@@ -4,11 +4,11 @@ and raw AsyncLLM, in one run on one machine, with the same model, engine flags a
     .venv/bin/python bench/serving.py [--streams 1,8,32,64] [--rounds 5] [--max-tokens 64] [--out bench/results]
 
 The three systems run side by side (each with half the usual KV cache) in alternating rounds: in each round, at
-each concurrency, one wave on ours, one on vLLM's server, one on raw AsyncLLM. Per concurrency it reports the
-median tokens/s and time to first token of each, and the median over rounds of ours/vLLM's and ours/raw with
-their spread (the lowest and highest round, and the medians of the odd and of the even rounds). Then a multi-turn
-agent workload with tool calls on our server (previous_response_id, and stateless resend of the whole
-conversation), with the prefix-cache hit ratio of each turn; render stability across those turns
+each concurrency, one wave on ours, one on vLLM's server, one on raw AsyncLLM (each round starting with the next
+one). Per concurrency it reports the median tokens/s and time to first token of each, and the median over rounds
+of ours/vLLM's and ours/raw with their spread (the lowest and highest round, and the medians of the odd and of the
+even rounds). Then a multi-turn agent workload with tool calls on our server (previous_response_id, and stateless
+resend of the whole conversation), with the prefix-cache hit ratio of each turn; render stability across those turns
 (bench/render_stability.py); the frontend's ceiling on an engine that costs nothing (bench/ceiling.py); and the
 per-token cost of our parser, builder and SSE pipeline on one core. Writes serving.json and serving.png
 (matplotlib) in --out.
@@ -129,8 +129,9 @@ SYSTEMS = ("ours", "vllm", "raw")
 async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, counts: list[int], rounds: int,
                              max_tokens: int) -> list[dict[str, dict[str, float]]]:
     """`rounds` rounds; in each, at each concurrency, one wave on each system in turn (ours, vLLM's server, raw
-    AsyncLLM), so that whatever else loads the machine weighs on the three alike. Returns one row per round and
-    concurrency: {"streams": n, "round": r, system: wave summary}."""
+    AsyncLLM; each round starts with the next one, so none always goes first), so that whatever else loads the
+    machine weighs on the three alike. Returns one row per round and concurrency: {"streams": n, "round": r,
+    system: wave summary}."""
     from vllm import SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.sampling_params import RequestOutputKind
@@ -167,7 +168,7 @@ async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, 
             for index in range(rounds):
                 for count in counts:
                     row: dict[str, Any] = {"round": index + 1, "streams": count}
-                    for system in SYSTEMS:
+                    for system in SYSTEMS[index % 3:] + SYSTEMS[:index % 3]:  # each system first in turn
                         row[system] = (await wave(count, ones[system])).summary()
                     rows.append(row)
                     print(f"[bench] round {index + 1}, {count} streams: " + ", ".join(
