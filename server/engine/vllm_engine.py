@@ -80,10 +80,12 @@ class VllmEngine:
 
     @classmethod
     def start(cls, args: Any) -> "VllmEngine":
-        """Start AsyncLLM (inside a running event loop) from AsyncEngineArgs."""
+        """Start AsyncLLM (inside a running event loop) from AsyncEngineArgs, with `vllm serve`'s defaults for a
+        server (on a large GPU, 8192 tokens a step where an embedded engine gets 2048)."""
+        from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        return cls(AsyncLLM.from_engine_args(args))
+        return cls(AsyncLLM.from_engine_args(args, usage_context=UsageContext.OPENAI_API_SERVER))
 
     @classmethod
     def connect(cls, args: argparse.Namespace, client_config: dict[str, Any]) -> "VllmEngine":
