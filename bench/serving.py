@@ -127,11 +127,12 @@ SYSTEMS = ("ours", "vllm", "raw")
 
 
 async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, counts: list[int], rounds: int,
-                             max_tokens: int) -> list[dict[str, dict[str, float]]]:
+                             max_tokens: int, frontends: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """`rounds` rounds; in each, at each concurrency, one wave on each system in turn (ours, vLLM's server, raw
     AsyncLLM; each round starts with the next one, so none always goes first), so that whatever else loads the
     machine weighs on the three alike. Returns one row per round and concurrency: {"streams": n, "round": r,
-    system: wave summary}."""
+    system: wave summary}. `frontends` names the API server process of each HTTP system (its pid): the CPU it spent
+    per output token is reported too (its engine core is another process)."""
     from vllm import SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.sampling_params import RequestOutputKind
@@ -169,7 +170,12 @@ async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, 
                 for count in counts:
                     row: dict[str, Any] = {"round": index + 1, "streams": count}
                     for system in SYSTEMS[index % 3:] + SYSTEMS[:index % 3]:  # each system first in turn
+                        spent = _cpu_seconds((frontends or {}).get(system))
                         row[system] = (await wave(count, ones[system])).summary()
+                        if spent is not None:
+                            used = (_cpu_seconds((frontends or {}).get(system)) or 0.0) - spent
+                            row[system]["frontend_cpu_us_per_token"] = round(
+                                used / max(row[system]["output_tokens"], 1) * 1e6)
                     rows.append(row)
                     print(f"[bench] round {index + 1}, {count} streams: " + ", ".join(
                         f"{system} {row[system]['tokens_per_s']} tok/s" for system in SYSTEMS),
@@ -177,6 +183,16 @@ async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, 
             return rows
     finally:
         llm.shutdown()
+
+
+def _cpu_seconds(pid: int | None) -> float | None:
+    """User plus system CPU of one process (not its children), or None without a pid."""
+    if pid is None:
+        return None
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 def ratios(rows: list[dict[str, Any]], counts: list[int]) -> list[dict[str, Any]]:
@@ -193,6 +209,10 @@ def ratios(rows: list[dict[str, Any]], counts: list[int]) -> list[dict[str, Any]
                 "high": round(max(values), 3),
                 "odd rounds": round(statistics.median(values[0::2]), 3),
                 "even rounds": round(statistics.median(values[1::2]), 3) if len(values) > 1 else None}
+        for system in ("ours", "vllm"):
+            spent = [row[system]["frontend_cpu_us_per_token"] for row in mine if "frontend_cpu_us_per_token" in row[system]]
+            if spent:
+                entry[f"{system} frontend CPU us/token median"] = statistics.median(spent)
         for system in SYSTEMS:
             entry[f"{system} tok/s median"] = round(statistics.median(row[system]["tokens_per_s"] for row in mine), 1)
             entry[f"{system} ttft p50 median"] = round(statistics.median(row[system]["ttft_p50_s"] for row in mine), 3)
@@ -250,14 +270,16 @@ def agent_turns(port: int, model: str, turns: int, stateless: bool) -> list[dict
 
 def table(summary: list[dict[str, Any]]) -> str:
     lines = ["| streams | rounds | ours tok/s | vLLM's server tok/s | raw AsyncLLM tok/s | ours / vLLM's, median (low-high) "
-             "| ours / raw, median (low-high) | TTFT p50: ours / vLLM's / raw |", "|" + "---|" * 8]
+             "| ours / raw, median (low-high) | TTFT p50: ours / vLLM's / raw | API process CPU per token: ours / "
+             "vLLM's |", "|" + "---|" * 9]
     for entry in summary:
         spread = {other: entry[f"ours/{other}"] for other in ("vllm", "raw")}
         lines.append(
             f"| {entry['streams']} | {entry['rounds']} | {entry['ours tok/s median']} | {entry['vllm tok/s median']} "
             f"| {entry['raw tok/s median']} "
             + "".join(f"| {r['median']:.2f} ({r['low']:.2f}-{r['high']:.2f}) " for r in spread.values())
-            + f"| {entry['ours ttft p50 median']} / {entry['vllm ttft p50 median']} / {entry['raw ttft p50 median']} s |")
+            + f"| {entry['ours ttft p50 median']} / {entry['vllm ttft p50 median']} / {entry['raw ttft p50 median']} s "
+            f"| {entry.get('ours frontend CPU us/token median')} / {entry.get('vllm frontend CPU us/token median')} µs |")
     return "\n".join(lines)
 
 
@@ -327,9 +349,10 @@ def main() -> None:
         ours = [python, "-m", "server", "--port", "8701", "--store", "none", *WAVE_FLAGS]
         theirs = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--served-model-name",
                   name, "--port", "8702", *WAVE_FLAGS]
-        with Server(ours, 8701, args.out / "ours.log"), Server(theirs, 8702, args.out / "vllm.log"):
+        with Server(ours, 8701, args.out / "ours.log") as mine, Server(theirs, 8702, args.out / "vllm.log") as other:
             rows = asyncio.run(alternating_rounds({"ours": 8701, "vllm": 8702}, model_dir, name, counts, args.rounds,
-                                                  args.max_tokens))
+                                                  args.max_tokens, {"ours": mine.process.pid,
+                                                                    "vllm": other.process.pid}))
         (args.out / "waves.partial.json").write_text(json.dumps(rows))  # kept if a later part fails
     if "agent" in parts:
         print("[bench] agent workload on our server ...", file=sys.stderr, flush=True)
