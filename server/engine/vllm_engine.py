@@ -91,15 +91,12 @@ class VllmEngine:
     def connect(cls, args: argparse.Namespace, client_config: dict[str, Any]) -> "VllmEngine":
         """Join an engine core started by `run_api_processes`, as API process `client_index` of `client_count`
         (inside a running event loop)."""
-        from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
         addresses = {key: value for key, value in client_config.items()
                      if key not in ("client_count", "client_index", "api_server_loads")}
         count, index = client_config["client_count"], client_config["client_index"]
-        arguments = engine_args(args)
-        arguments._api_process_count, arguments._api_process_rank = count, index
-        vllm_config = arguments.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+        arguments, vllm_config = _server_config(args, count, index)
         return cls(AsyncLLM.from_vllm_config(vllm_config=vllm_config, client_addresses=addresses,
                                              client_count=count, client_index=index,
                                              disable_log_stats=arguments.disable_log_stats))
@@ -214,16 +211,12 @@ def run_api_processes(args: argparse.Namespace, count: int, sock: socket.socket,
     """vLLM's own multi-API-server launch, as `vllm serve --api-server-count`: one engine core process, and `count`
     processes running `target(listen_address, sock, args, client_config)`, each with its client addresses to the
     core; returns when they have exited (SystemExit or KeyboardInterrupt stops them, each given `shutdown_timeout`)."""
-    from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.utils import bind_engine_zmq_listeners, launch_core_engines
     from vllm.v1.executor import Executor
     from vllm.v1.utils import APIServerProcessManager, wait_for_completion_or_failure
 
-    arguments = engine_args(args)
-    arguments._api_process_count, arguments._api_process_rank = count, -1
-    vllm_config = arguments.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+    arguments, vllm_config = _server_config(args, count, -1)
     listeners = bind_engine_zmq_listeners(vllm_config, count)
-    manager = None
     with launch_core_engines(vllm_config, Executor.get_class(vllm_config), not arguments.disable_log_stats,
                              listeners.addresses) as launch:
         coordinator = launch.coordinator
@@ -242,3 +235,13 @@ def run_api_processes(args: argparse.Namespace, count: int, sock: socket.socket,
             launch.engine_manager.shutdown(timeout=vllm_config.shutdown_timeout)
         if coordinator:
             coordinator.shutdown(timeout=vllm_config.shutdown_timeout)
+
+
+def _server_config(args: argparse.Namespace, count: int, rank: int) -> tuple[Any, Any]:
+    """The engine arguments and vLLM config of API process `rank` of `count` (-1: the parent that launches the core),
+    with `vllm serve`'s defaults for a server."""
+    from vllm.usage.usage_lib import UsageContext
+
+    arguments = engine_args(args)
+    arguments._api_process_count, arguments._api_process_rank = count, rank
+    return arguments, arguments.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
