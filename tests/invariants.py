@@ -11,6 +11,7 @@ from typing import Any
 TERMINAL = {"response.completed": ("completed",), "response.incomplete": ("incomplete",),
             "response.failed": ("failed", "cancelled")}
 RUNNING = ("queued", "in_progress")
+_CHUNKS = "SELECT response_id, events FROM event_chunks ORDER BY response_id, first_sequence"
 
 
 def rows(url: str) -> list[tuple[str, str, str, list[str]]]:
@@ -18,18 +19,17 @@ def rows(url: str) -> list[tuple[str, str, str, list[str]]]:
     if url.startswith("sqlite:///"):
         with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
             return _collect(db.execute("SELECT id, status, response FROM responses").fetchall(),
-                            db.execute("SELECT response_id, event FROM events ORDER BY sequence_number").fetchall())
+                            db.execute(_CHUNKS).fetchall())
     import psycopg
 
     with psycopg.connect(url) as db:
-        return _collect(db.execute("SELECT id, status, response FROM responses").fetchall(),
-                        db.execute("SELECT response_id, event FROM events ORDER BY sequence_number").fetchall())
+        return _collect(db.execute("SELECT id, status, response FROM responses").fetchall(), db.execute(_CHUNKS).fetchall())
 
 
-def _collect(responses: list[Any], events: list[Any]) -> list[tuple[str, str, str, list[str]]]:
+def _collect(responses: list[Any], chunks: list[Any]) -> list[tuple[str, str, str, list[str]]]:
     logs: dict[str, list[str]] = {}
-    for response_id, event in events:
-        logs.setdefault(response_id, []).append(event)
+    for response_id, text in chunks:  # each chunk holds consecutive events, one JSON per line
+        logs.setdefault(response_id, []).extend(text.split("\n"))
     return [(response_id, status, response, logs.get(response_id, [])) for response_id, status, response in responses]
 
 

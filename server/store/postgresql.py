@@ -14,7 +14,8 @@ from server.store.interface import (RUNNING, Interrupt, Order, RetentionPolicy, 
                                     StoredConversation,
                                     StoredResponse)
 from server.store.migrations import migrations
-from server.store.rows import event_rows, item_rows, page, page_query, retention_query
+from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,
+                               page_query, retention_query)
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[Any]
@@ -100,9 +101,7 @@ class PostgresStore:
         return await self._run(read)
 
     async def events_after(self, response_id: str, after: int) -> list[str]:
-        return [event for (event,) in await self._rows(
-            "SELECT event FROM events WHERE response_id = %s AND sequence_number > %s ORDER BY sequence_number",
-            (response_id, after))]
+        return events_in(await self._rows(chunks_after("%s"), (response_id, after)), after)
 
     async def delete(self, response_id: str) -> bool:
         return await self._count("DELETE FROM responses WHERE id = %s", (response_id,)) > 0
@@ -141,9 +140,7 @@ class PostgresStore:
                 f"SELECT id, response FROM responses WHERE status IN {RUNNING} AND (lease_expires_at IS NULL "
                 f"OR lease_expires_at < {_NOW} OR owner = %s) FOR UPDATE SKIP LOCKED", (restarted_owner,))).fetchall()
             for response_id, text in rows:
-                (last,) = await (await db.execute(
-                    "SELECT COALESCE(MAX(sequence_number), -1) FROM events WHERE response_id = %s",
-                    (response_id,))).fetchone() or (-1,)
+                (last,) = await (await db.execute(last_sequence("%s"), (response_id,))).fetchone() or (-1,)
                 response, event = interrupt(json.loads(text), last)
                 await db.execute("UPDATE responses SET status = %s, response = %s WHERE id = %s",
                                  (response["status"], json.dumps(response), response_id))
@@ -252,11 +249,9 @@ async def _migrate(db: Connection) -> None:
 
 
 async def _insert_events(db: Connection, response_id: str, events: list[str]) -> None:
+    """The events as one chunk of the response's log."""
     if events:
-        async with db.cursor() as cursor:
-            await cursor.executemany(
-                "INSERT INTO events (response_id, sequence_number, event) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                event_rows(response_id, events))
+        await db.execute(insert_chunk("%s"), chunk_row(response_id, events))
 
 
 async def _append(db: Connection, conversation_id: str, items: list[dict[str, Any]]) -> None:

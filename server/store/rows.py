@@ -1,4 +1,4 @@
-"""What both SQL stores share: the paging and retention queries, and the rows of event logs and item lists."""
+"""What both SQL stores share: the paging and retention queries, the event log's chunks, and the rows of item lists."""
 
 from __future__ import annotations
 
@@ -32,10 +32,42 @@ def page(rows: list[tuple[str]], limit: int | None) -> tuple[list[dict[str, Any]
     return [json.loads(item) for (item,) in rows[:cut]], len(rows) > cut
 
 
-def event_rows(response_id: str, events: list[str]) -> list[tuple[str, int, str]]:
-    """(response id, sequence number, JSON) of consecutive events, numbered from the first one's."""
-    first = int(json.loads(events[0])["sequence_number"]) if events else 0
-    return [(response_id, first + n, event) for n, event in enumerate(events)]
+def insert_chunk(mark: str) -> str:
+    """The statement that writes one chunk of a log (`chunk_row`). A chunk written again from the same first event
+    (a write whose commit was made but whose answer was lost, repeated with what came since) keeps the longer one."""
+    return (f"INSERT INTO event_chunks (response_id, first_sequence, last_sequence, events) VALUES ({mark}, {mark}, "
+            f"{mark}, {mark}) ON CONFLICT (response_id, first_sequence) DO UPDATE SET "
+            "last_sequence = excluded.last_sequence, events = excluded.events "
+            "WHERE excluded.last_sequence > event_chunks.last_sequence")
+
+
+def chunk_row(response_id: str, events: list[str]) -> tuple[str, int, int, str]:
+    """(response id, first and last sequence number, the JSON one event per line) of consecutive events, numbered
+    from the first one's. Compact JSON holds no line break (it escapes them), so a line is an event."""
+    first = int(json.loads(events[0])["sequence_number"])
+    return response_id, first, first + len(events) - 1, "\n".join(events)
+
+
+def chunks_after(mark: str) -> str:
+    """The query for the chunks holding a response's events after a sequence number (`events_in` reads them)."""
+    return (f"SELECT first_sequence, events FROM event_chunks WHERE response_id = {mark} AND last_sequence > {mark} "
+            "ORDER BY first_sequence")
+
+
+def last_sequence(mark: str) -> str:
+    """The query for the sequence number of a response's last logged event (-1: none)."""
+    return f"SELECT COALESCE(MAX(last_sequence), -1) FROM event_chunks WHERE response_id = {mark}"
+
+
+def events_in(chunks: list[tuple[int, str]], after: int) -> list[str]:
+    """The events of `chunks_after`'s rows numbered after `after`, each once, in order."""
+    events: list[str] = []
+    for first, text in chunks:
+        lines = text.split("\n")
+        skip = max(0, after + 1 - first)
+        events += lines[skip:]
+        after = max(after, first + len(lines) - 1)
+    return events
 
 
 def item_rows(owner: str, first_position: int, items: list[dict[str, Any]]) -> list[tuple[str, int, str, str]]:

@@ -14,7 +14,8 @@ from typing import Any, Callable, TypeVar
 from server.store.interface import (RUNNING, Interrupt, Order, RetentionPolicy, StoreUnavailable, StoredConversation,
                                     StoredResponse)
 from server.store.migrations import migrations
-from server.store.rows import event_rows, item_rows, page, page_query, retention_query
+from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,
+                               page_query, retention_query)
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -93,9 +94,8 @@ class SqliteStore:
         return await self._run(read)
 
     async def events_after(self, response_id: str, after: int) -> list[str]:
-        return await self._run(lambda db: [event for (event,) in db.execute(
-            "SELECT event FROM events WHERE response_id = ? AND sequence_number > ? ORDER BY sequence_number",
-            (response_id, after))])
+        return await self._run(lambda db: events_in(db.execute(chunks_after("?"), (response_id, after)).fetchall(),
+                                                    after))
 
     async def delete(self, response_id: str) -> bool:
         return await self._run(lambda db: db.execute(
@@ -134,8 +134,7 @@ class SqliteStore:
                               f"(lease_expires_at IS NULL OR lease_expires_at < {_NOW} OR owner = ?)",
                               (restarted_owner,)).fetchall()
             for response_id, text in rows:
-                (last,) = db.execute("SELECT COALESCE(MAX(sequence_number), -1) FROM events WHERE response_id = ?",
-                                     (response_id,)).fetchone()
+                (last,) = db.execute(last_sequence("?"), (response_id,)).fetchone()
                 response, event = interrupt(json.loads(text), last)
                 db.execute("UPDATE responses SET status = ?, response = ? WHERE id = ?",
                            (response["status"], json.dumps(response), response_id))
@@ -241,8 +240,9 @@ def _owned(db: sqlite3.Connection, response_id: str, owner: str) -> bool:
 
 
 def _insert_events(db: sqlite3.Connection, response_id: str, events: list[str]) -> None:
-    db.executemany("INSERT OR IGNORE INTO events (response_id, sequence_number, event) VALUES (?, ?, ?)",
-                   event_rows(response_id, events))
+    """The events as one chunk of the response's log."""
+    if events:
+        db.execute(insert_chunk("?"), chunk_row(response_id, events))
 
 
 def _append(db: sqlite3.Connection, conversation_id: str, items: list[dict[str, Any]]) -> None:
