@@ -391,22 +391,37 @@ def test_saving_a_long_event_log_costs_no_more_statements_than_a_short_one(tmp_p
     assert statements_to_save(1000, "long.db") == statements_to_save(10, "short.db")
 
 
-def test_a_log_kept_before_the_event_log_was_batched_is_read_after_the_upgrade(tmp_path: Path) -> None:
-    """A SQLite file from before the batched log (schema version 2) opens with its events readable as they were."""
-    import sqlite3
-
+def test_a_log_kept_before_the_event_log_was_batched_is_read_after_the_upgrade(store_url: str) -> None:
+    """A database from before the batched log (SQLite schema 2, PostgreSQL schema 1) opens with its events readable
+    as they were."""
     from server.store.migrations import migrations
 
-    path = tmp_path / "old.db"
-    with sqlite3.connect(path) as db:
-        for number, script in migrations("sqlite")[:2]:
-            db.executescript(f"BEGIN; {script}; PRAGMA user_version = {number}; COMMIT;")
-        db.execute("INSERT INTO responses (id, created_at, status, response) VALUES ('resp_1', 1, 'completed', '{}')")
-        db.executemany("INSERT INTO events (response_id, sequence_number, event) VALUES ('resp_1', ?, ?)",
-                       [(n, event(n)) for n in range(3)])
+    old_rows = [
+        "INSERT INTO responses (id, created_at, status, response) VALUES ('resp_1', 1, 'completed', '{}')",
+        *(f"INSERT INTO events (response_id, sequence_number, event) VALUES ('resp_1', {n}, '{event(n)}')"
+          for n in range(3))]
+    if store_url.startswith("sqlite:///"):
+        import sqlite3
+
+        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as db:
+            for number, script in migrations("sqlite")[:2]:
+                db.executescript(f"BEGIN; {script}; PRAGMA user_version = {number}; COMMIT;")
+            for statement in old_rows:
+                db.execute(statement)
+    else:
+        import psycopg
+
+        with psycopg.connect(store_url, autocommit=True) as db:
+            db.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, "
+                       "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+            number, script = migrations("postgresql")[0]
+            db.execute(script)  # type: ignore[arg-type]
+            db.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (number,))
+            for statement in old_rows:
+                db.execute(statement)  # type: ignore[arg-type]
 
     async def scenario() -> list[int]:
-        store = open_url(f"sqlite:///{path}")
+        store = open_url(store_url)
         numbers = [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 0)]
         await store.close()
         return numbers
