@@ -186,6 +186,17 @@ def profile_layers(collapsed: str) -> dict[str, float]:
     return {layer: round(count / total, 3) for layer, count in counts.most_common()}
 
 
+def hottest_functions(collapsed: str, count: int = 12) -> dict[str, float]:
+    """The share of samples per innermost function (its own time, with the C calls it makes), the largest first."""
+    counts: Counter[str] = Counter()
+    for line in collapsed.splitlines():
+        stack, _, number = line.rpartition(" ")
+        if stack and number.isdigit():
+            counts[re.sub(r":\d+\)", ")", stack.split(";")[-1])] += int(number)
+    total = sum(counts.values()) or 1
+    return {function: round(samples / total, 3) for function, samples in counts.most_common(count)}
+
+
 def _layer(frames: list[str]) -> str:
     for frame in reversed(frames):  # py-spy writes the root first
         found = _FILE.search(frame)
@@ -218,7 +229,8 @@ def run_case(flags: list[str], model: str, counts: list[int], tokens: int, proce
             if profile_to is not None and count == max(counts):
                 py_spy = str(Path(sys.executable).parent / "py-spy")
                 spy = subprocess.Popen([py_spy, "record", "--pid", str(api_process_pid(server.process.pid)), "--rate",
-                                        "200", "--nonblocking", "--format", "raw", "-o", str(profile_to)],
+                                        "200", "--format", "raw", "-o", str(profile_to)],  # stops it to sample:
+                                       # --nonblocking reads stacks torn by the running process
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1)
             lag_before, cpu_before = lag_buckets(PORT), cpu_seconds(server.process.pid)
@@ -231,7 +243,9 @@ def run_case(flags: list[str], model: str, counts: list[int], tokens: int, proce
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(timeout=60)
-                row["profile"] = profile_layers(profile_to.read_text()) if profile_to.exists() else None
+                if profile_to.exists():
+                    row["profile"] = profile_layers(profile_to.read_text())
+                    row["hottest"] = hottest_functions(profile_to.read_text())
             rows.append(row)
     return rows
 
@@ -292,6 +306,7 @@ def main() -> None:
         for row in rows if isinstance(rows, list) else []:
             if row.get("profile"):
                 print(f"\nprofile, {case}, {row['streams']} streams: {json.dumps(row['profile'])}")
+                print(f"hottest functions: {json.dumps(row['hottest'])}")
 
 
 if __name__ == "__main__":
