@@ -32,6 +32,7 @@ class EventStream(EventSourceResponse):
         self._sending: dict[asyncio.Task[Any], float] = {}  # the tasks inside a send now, and since when
         self._stalled: set[asyncio.Task[Any]] = set()  # cancelled by the watchdog, not by anything else
         self._watchdog: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # set once its events are sent
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -46,15 +47,16 @@ class EventStream(EventSourceResponse):
 
     async def _stream_response(self, send: Any) -> None:
         _STREAM_TASK.set(asyncio.current_task())  # the task that sends the events, seen by it alone (its context)
+        self._loop = asyncio.get_running_loop()
         await super()._stream_response(send)
 
     async def _send_with_timeout(self, send: Any, message: Any) -> None:
         if self.send_timeout is None:
             await send(message)
             return
-        task = _STREAM_TASK.get() or asyncio.current_task()  # current_task() costs about 2 µs in a busy server
+        task = _STREAM_TASK.get() or asyncio.current_task()  # asking the loop makes a getpid() system call
         assert task is not None
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         self._sending[task] = loop.time()
         if self._watchdog is None:
             self._watchdog = loop.call_later(self.send_timeout / 4, self._cancel_stalled_sends)
