@@ -11,7 +11,8 @@ plain socket (the load generator parses nothing but the end). Per wave:
 - the tokens/s the clients received (bounded by the load generator too on this 2-core machine);
 - the event loop's lag, p99, from the server's own histogram (`responses_server_event_loop_lag_seconds`);
 - at the largest wave, the time to the first byte of a new request while the streams run (median of 5).
-With --profile, py-spy samples one API process under the largest wave and the samples are split by layer.
+With --profile, py-spy samples one API process under one more wave of the largest size (not a measured one)
+and the samples are split by layer and by function.
 """
 
 from __future__ import annotations
@@ -208,10 +209,28 @@ def _layer(frames: list[str]) -> str:
 
 
 def api_process_pid(server_pid: int) -> int:
-    """The process that serves HTTP: the server itself, or its first API process."""
-    children = [child for child in psutil.Process(server_pid).children() if "multiprocessing" in
+    """The process that serves HTTP: the server itself, or its first API process (spawned by multiprocessing; not
+    its resource tracker)."""
+    children = [child for child in psutil.Process(server_pid).children() if "spawn_main" in
                 " ".join(child.cmdline())]
     return children[0].pid if children else server_pid
+
+
+def profile_wave(server_pid: int, port: int, request: bytes, count: int, tokens: int,
+                 profile_to: Path) -> dict[str, Any]:
+    """py-spy's samples of one more wave, by layer and by function. The sampler stops the process to read each
+    stack (--nonblocking reads stacks torn by the running process), which costs it CPU: so this wave is not the
+    measured one."""
+    py_spy = str(Path(sys.executable).parent / "py-spy")
+    spy = subprocess.Popen([py_spy, "record", "--pid", str(api_process_pid(server_pid)), "--rate", "200", "--format",
+                            "raw", "-o", str(profile_to)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1)
+    asyncio.run(wave(port, request, count, max(1, MIN_TOKENS_PER_WAVE // (count * tokens)), 0))
+    spy.send_signal(signal.SIGINT)
+    spy.wait(timeout=60)
+    if not profile_to.exists():
+        return {}
+    return {"profile": profile_layers(profile_to.read_text()), "hottest": hottest_functions(profile_to.read_text())}
 
 
 # -- one configuration --------------------------------------------------------------------------
@@ -225,14 +244,6 @@ def run_case(flags: list[str], model: str, counts: list[int], tokens: int, proce
     with Server(command, PORT, log) as server:
         asyncio.run(wave(PORT, request, 4, 1, 0))  # warm-up
         for count in counts:
-            spy = None
-            if profile_to is not None and count == max(counts):
-                py_spy = str(Path(sys.executable).parent / "py-spy")
-                spy = subprocess.Popen([py_spy, "record", "--pid", str(api_process_pid(server.process.pid)), "--rate",
-                                        "200", "--format", "raw", "-o", str(profile_to)],  # stops it to sample:
-                                       # --nonblocking reads stacks torn by the running process
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                time.sleep(1)
             lag_before, cpu_before = lag_buckets(PORT), cpu_seconds(server.process.pid)
             rounds = max(1, MIN_TOKENS_PER_WAVE // (count * tokens))  # CPU time is read in 10 ms ticks
             row = asyncio.run(wave(PORT, request, count, rounds, 5 if count == max(counts) else 0))
@@ -240,12 +251,8 @@ def run_case(flags: list[str], model: str, counts: list[int], tokens: int, proce
             row["lag_p99_ms"] = lag_p99_ms(lag_before, lag_buckets(PORT))
             row["server_cpu_us_per_token"] = round(cpu / row["tokens"] * 1e6, 1)
             row["tokens_per_s_per_core"] = round(row["tokens"] / cpu) if cpu else None
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)
-                spy.wait(timeout=60)
-                if profile_to.exists():
-                    row["profile"] = profile_layers(profile_to.read_text())
-                    row["hottest"] = hottest_functions(profile_to.read_text())
+            if profile_to is not None and count == max(counts):
+                row.update(profile_wave(server.process.pid, PORT, request, count, tokens, profile_to))
             rows.append(row)
     return rows
 
