@@ -1,6 +1,7 @@
 """The frontend's ceiling (`make bench`, or on its own): the real HTTP server on an engine that costs nothing.
 
     .venv/bin/python bench/ceiling.py [--streams 1,64,256] [--tokens 1000] [--processes 1,2] [--profile]
+    .venv/bin/python bench/ceiling.py --baseline GIT-REV [--rounds 3] [--streams 256]
 
 The server replays recorded output (`--replay-engine-output`: one token a step, no delay) on the chat template
 (the bundled model's tokenizer) and on harmony (gpt-oss output: reasoning, then a tool call), with 1 and with 2 API
@@ -11,6 +12,8 @@ plain socket (the load generator parses nothing but the end). Per wave:
 - the tokens/s the clients received (bounded by the load generator too on this 2-core machine);
 - the event loop's lag, p99, from the server's own histogram (`responses_server_event_loop_lag_seconds`);
 - at the largest wave, the time to the first byte of a new request while the streams run (median of 5).
+With --baseline, the largest wave of that revision's server and of this one's, alternated in each round on both
+paths: their server CPU per token, median and every round.
 With --profile, py-spy samples one API process under one more wave of the largest size (not a measured one)
 and the samples are split by layer and by function.
 """
@@ -237,11 +240,13 @@ def profile_wave(server_pid: int, port: int, request: bytes, count: int, tokens:
 
 
 def run_case(flags: list[str], model: str, counts: list[int], tokens: int, processes: int, log: Path,
-             profile_to: Path | None) -> list[dict[str, Any]]:
-    command = [sys.executable, "-m", "server", "--port", str(PORT), "--api-server-count", str(processes), *flags]
+             profile_to: Path | None, tree: Path = ROOT) -> list[dict[str, Any]]:
+    """Waves of `counts` streams on the server of `tree` (this checkout, or a baseline's worktree)."""
+    several = ["--api-server-count", str(processes)] if processes > 1 else []
+    command = [sys.executable, "-m", "server", "--port", str(PORT), *several, *flags]
     request = request_bytes(model)
     rows = []
-    with Server(command, PORT, log) as server:
+    with Server(command, PORT, log, cwd=tree) as server:
         asyncio.run(wave(PORT, request, 4, 1, 0))  # warm-up
         for count in counts:
             lag_before, cpu_before = lag_buckets(PORT), cpu_seconds(server.process.pid)
@@ -257,19 +262,24 @@ def run_case(flags: list[str], model: str, counts: list[int], tokens: int, proce
     return rows
 
 
-def measure(counts: list[int], tokens: int, process_counts: list[int], profile: bool, out: Path) -> dict[str, Any]:
+def replays(tokens: int) -> dict[str, tuple[list[int], list[str], str]]:
+    """Per path: the recorded token ids, the server's flags and the model name a request gives."""
     from bench.pipeline import synthetic_harmony_ids
     from server.bundled_model import BUNDLED_MODEL_NAME, ensure_bundled_model
 
+    model = ["--model", str(ensure_bundled_model()), "--served-model-name", BUNDLED_MODEL_NAME]
+    return {"chat template": (chat_ids(tokens), model, BUNDLED_MODEL_NAME),
+            "harmony": (synthetic_harmony_ids(tokens), ["--harmony"], "gpt-oss")}
+
+
+def measure(counts: list[int], tokens: int, process_counts: list[int], profile: bool, out: Path) -> dict[str, Any]:
     results: dict[str, Any] = {"tokens_per_stream": tokens, "cpus": psutil.cpu_count()}
     with tempfile.TemporaryDirectory() as scratch:
-        model = ["--model", str(ensure_bundled_model()), "--served-model-name", BUNDLED_MODEL_NAME]
-        replays = {"chat template": (chat_ids(tokens), model, BUNDLED_MODEL_NAME),
-                   "harmony": (synthetic_harmony_ids(tokens), ["--harmony"], "gpt-oss")}
-        cases = [(label, processes, 1, counts) for label in replays for processes in process_counts]
-        cases += [(label, 1, 4, [max(counts)]) for label in replays]  # splits per-token from per-event costs
+        replays_ = replays(tokens)
+        cases = [(label, processes, 1, counts) for label in replays_ for processes in process_counts]
+        cases += [(label, 1, 4, [max(counts)]) for label in replays_]  # splits per-token from per-event costs
         for label, processes, per_step, waves in cases:
-            ids, flags, name = replays[label]
+            ids, flags, name = replays_[label]
             replay = write_replay(Path(scratch) / f"{label[0]}{per_step}.jsonl", ids, per_step)
             store = f"sqlite:///{Path(scratch) / f'{label[0]}{processes}{per_step}.db'}"
             case = f"{label}, N={processes}" + (f", {per_step} tokens a step" if per_step > 1 else "")
@@ -279,6 +289,31 @@ def measure(counts: list[int], tokens: int, process_counts: list[int], profile: 
             results[case] = run_case([*flags, "--replay-engine-output", str(replay), "--store", store], name, waves,
                                      tokens, processes, out / "ceiling.log", profile_to)
     return results
+
+
+def against_baseline(revision: str, rounds: int, count: int, tokens: int, out: Path) -> dict[str, Any]:
+    """The server CPU per token at `count` streams (one token a step, one API process) of `revision` (a temporary
+    git worktree) and of this checkout, alternated in each round on each path; who goes first alternates too."""
+    figures: dict[str, dict[str, list[float]]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        baseline = Path(scratch) / "baseline"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(baseline), revision], check=True)
+        try:
+            for number in range(rounds):
+                order = [("baseline", baseline), ("this", ROOT)][::1 if number % 2 == 0 else -1]
+                for label, (ids, flags, name) in replays(tokens).items():
+                    replay = write_replay(Path(scratch) / f"{label[0]}.jsonl", ids)
+                    for who, tree in order:
+                        print(f"[ceiling] round {number + 1}, {label}, {who} ...", file=sys.stderr, flush=True)
+                        store = f"sqlite:///{Path(scratch) / f'{who}-{label[0]}-{number}.db'}"
+                        row = run_case([*flags, "--replay-engine-output", str(replay), "--store", store], name,
+                                       [count], tokens, 1, out / "ceiling.log", None, tree)[0]
+                        figures.setdefault(label, {}).setdefault(who, []).append(row["server_cpu_us_per_token"])
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)], check=True)
+    return {"baseline": revision, "streams": count, "server_cpu_us_per_token": {
+        label: {who: {"median": statistics.median(values), "rounds": values} for who, values in by_tree.items()}
+        for label, by_tree in figures.items()}}
 
 
 def table(results: dict[str, Any]) -> str:
@@ -303,8 +338,14 @@ def main() -> None:
     options.add_argument("--processes", default="1,2")
     options.add_argument("--profile", action="store_true")
     options.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    options.add_argument("--baseline", default=None, metavar="GIT-REV")
+    options.add_argument("--rounds", type=int, default=3)
     args = options.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.baseline:
+        print(json.dumps(against_baseline(args.baseline, args.rounds, max(int(n) for n in args.streams.split(",")),
+                                          args.tokens, args.out), indent=2))
+        return
     results = measure([int(n) for n in args.streams.split(",")], args.tokens,
                       [int(n) for n in args.processes.split(",")], args.profile, args.out)
     (args.out / "ceiling.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -76,9 +76,9 @@ async def wave(streams: int, one: Callable[[int], Awaitable[tuple[float, int]]])
 class Server:
     """A server subprocess on a port, stopped on exit."""
 
-    def __init__(self, command: list[str], port: int, log: Path) -> None:
+    def __init__(self, command: list[str], port: int, log: Path, cwd: Path | None = None) -> None:
         self.port = port
-        self.process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        self.process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=cwd,
                                         env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"})
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
