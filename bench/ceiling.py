@@ -32,7 +32,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
 import psutil
@@ -181,11 +181,8 @@ def profile_layers(collapsed: str) -> dict[str, float]:
     libraries (json, pydantic, logging) counts for the layer that called it, and a C call (a socket write) for the
     Python frame that made it."""
     counts: Counter[str] = Counter()
-    for line in collapsed.splitlines():
-        stack, _, number = line.rpartition(" ")
-        if not stack or not number.isdigit():
-            continue
-        counts[_layer(stack.split(";"))] += int(number)
+    for frames, number in _stacks(collapsed):
+        counts[_layer(frames)] += number
     total = sum(counts.values()) or 1
     return {layer: round(count / total, 3) for layer, count in counts.most_common()}
 
@@ -193,12 +190,18 @@ def profile_layers(collapsed: str) -> dict[str, float]:
 def hottest_functions(collapsed: str, count: int = 12) -> dict[str, float]:
     """The share of samples per innermost function (its own time, with the C calls it makes), the largest first."""
     counts: Counter[str] = Counter()
+    for frames, number in _stacks(collapsed):
+        counts[re.sub(r":\d+\)", ")", frames[-1])] += number
+    total = sum(counts.values()) or 1
+    return {function: round(samples / total, 3) for function, samples in counts.most_common(count)}
+
+
+def _stacks(collapsed: str) -> Iterator[tuple[list[str], int]]:
+    """(frames, root first; how many samples) of each line py-spy's raw format writes."""
     for line in collapsed.splitlines():
         stack, _, number = line.rpartition(" ")
         if stack and number.isdigit():
-            counts[re.sub(r":\d+\)", ")", stack.split(";")[-1])] += int(number)
-    total = sum(counts.values()) or 1
-    return {function: round(samples / total, 3) for function, samples in counts.most_common(count)}
+            yield stack.split(";"), int(number)
 
 
 def _layer(frames: list[str]) -> str:
@@ -298,11 +301,12 @@ def against_baseline(revision: str, rounds: int, count: int, tokens: int, out: P
     with tempfile.TemporaryDirectory() as scratch:
         baseline = Path(scratch) / "baseline"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(baseline), revision], check=True)
+        paths = {label: (write_replay(Path(scratch) / f"{label[0]}.jsonl", ids), flags, name)
+                 for label, (ids, flags, name) in replays(tokens).items()}
         try:
             for number in range(rounds):
                 order = [("baseline", baseline), ("this", ROOT)][::1 if number % 2 == 0 else -1]
-                for label, (ids, flags, name) in replays(tokens).items():
-                    replay = write_replay(Path(scratch) / f"{label[0]}.jsonl", ids)
+                for label, (replay, flags, name) in paths.items():
                     for who, tree in order:
                         print(f"[ceiling] round {number + 1}, {label}, {who} ...", file=sys.stderr, flush=True)
                         store = f"sqlite:///{Path(scratch) / f'{who}-{label[0]}-{number}.db'}"

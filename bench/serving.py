@@ -170,10 +170,11 @@ async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, 
                 for count in counts:
                     row: dict[str, Any] = {"round": index + 1, "streams": count}
                     for system in SYSTEMS[index % 3:] + SYSTEMS[:index % 3]:  # each system first in turn
-                        spent = _cpu_seconds((frontends or {}).get(system))
+                        pid = (frontends or {}).get(system)
+                        spent = _cpu_seconds(pid)
                         row[system] = (await wave(count, ones[system])).summary()
                         if spent is not None:
-                            used = (_cpu_seconds((frontends or {}).get(system)) or 0.0) - spent
+                            used = (_cpu_seconds(pid) or 0.0) - spent
                             row[system]["frontend_cpu_us_per_token"] = round(
                                 used / max(row[system]["output_tokens"], 1) * 1e6)
                     rows.append(row)
