@@ -5,8 +5,15 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
+import schemathesis.specs.openapi.schemas  # noqa: F401  loaded now, while no server thread runs (see below)
 
 from tests.fuzz import Counts, fuzz_server, healthy, run_queries, run_raw, run_schemathesis, run_websocket
+
+
+# CPython 3.11's AST construction keeps a recursion count that a compile in another thread can upset (gh-106905):
+# schemathesis loaded its OpenAPI module lazily, through pytest's assertion rewriting, while the fuzz server's thread
+# ran, and the parse failed once with "SystemError: AST constructor recursion depth mismatch". It is imported above,
+# at collection, before any server thread starts.
 
 
 @pytest.fixture(scope="module")
