@@ -1,17 +1,19 @@
 """The serving benchmark users can rerun (`make bench`): our server, vLLM's built-in `/v1/responses` server
 and raw AsyncLLM, in one run on one machine, with the same model, engine flags and chat-template prompts.
 
-    .venv/bin/python bench/serving.py [--streams 1,8,32,64] [--rounds 5] [--max-tokens 64] [--out bench/results]
+    .venv/bin/python bench/serving.py [--streams 1,8,32,64] [--rounds 5] [--max-tokens 64] [--wave-tokens 512]
+        [--out bench/results]
 
 The three systems run side by side (each with half the usual KV cache) in alternating rounds: in each round, at
 each concurrency, one wave on ours, one on vLLM's server, one on raw AsyncLLM (each round starting with the next
-one). Per concurrency it reports the median tokens/s and time to first token of each, and the median over rounds
-of ours/vLLM's and ours/raw with their spread (the lowest and highest round, and the medians of the odd and of the
-even rounds). Then a multi-turn agent workload with tool calls on our server (previous_response_id, and stateless
-resend of the whole conversation), with the prefix-cache hit ratio of each turn; render stability across those turns
-(bench/render_stability.py); the frontend's ceiling on an engine that costs nothing (bench/ceiling.py); and the
-per-token cost of our parser, builder and SSE pipeline on one core. Writes serving.json and serving.png
-(matplotlib) in --out.
+one; a wave asking for fewer than --wave-tokens output tokens, as 1 stream of 64 does, runs back to back until it
+has asked for that many, measured as one). Per concurrency it reports the median tokens/s and time to first token
+of each, and the median over rounds of ours/vLLM's and ours/raw with their spread (the lowest and highest round,
+and the medians of the odd and of the even rounds). Then a multi-turn agent workload with tool calls on our server
+(previous_response_id, and stateless resend of the whole conversation), with the prefix-cache hit ratio of each
+turn; render stability across those turns (bench/render_stability.py); the frontend's ceiling on an engine that
+costs nothing (bench/ceiling.py); and the per-token cost of our parser, builder and SSE pipeline on one core.
+Writes serving.json and serving.png (matplotlib) in --out.
 """
 
 from __future__ import annotations
@@ -63,11 +65,22 @@ class Wave:
                 "output_tokens": self.tokens}
 
 
-async def wave(streams: int, one: Callable[[int], Awaitable[tuple[float, int]]]) -> Wave:
-    started = time.perf_counter()
-    results = await asyncio.gather(*(one(n) for n in range(streams)))
-    return Wave(streams, [ttft for ttft, _ in results], sum(tokens for _, tokens in results),
-                time.perf_counter() - started)
+async def wave(streams: int, one: Callable[[int], Awaitable[tuple[float, int]]], times: int = 1) -> Wave:
+    """`streams` concurrent streams, `times` times back to back, measured as one wave."""
+    ttfts, tokens, seconds = [], 0, 0.0
+    for _ in range(times):
+        started = time.perf_counter()
+        results = await asyncio.gather(*(one(n) for n in range(streams)))
+        seconds += time.perf_counter() - started
+        ttfts += [ttft for ttft, _ in results]
+        tokens += sum(count for _, count in results)
+    return Wave(streams, ttfts, tokens, seconds)
+
+
+def repeats(streams: int, max_tokens: int, min_tokens: int) -> int:
+    """How many times a wave runs back to back so that it asks for at least `min_tokens`: a wave of one 64-token
+    stream lasts about 4 s here, and one slow engine step moves it by several percent."""
+    return max(1, -(-min_tokens // (streams * max_tokens)))
 
 
 # -- the two HTTP servers -----------------------------------------------------------------------
@@ -127,12 +140,14 @@ SYSTEMS = ("ours", "vllm", "raw")
 
 
 async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, counts: list[int], rounds: int,
-                             max_tokens: int, frontends: dict[str, int] | None = None) -> list[dict[str, Any]]:
+                             max_tokens: int, frontends: dict[str, int] | None = None,
+                             min_tokens: int = 1) -> list[dict[str, Any]]:
     """`rounds` rounds; in each, at each concurrency, one wave on each system in turn (ours, vLLM's server, raw
     AsyncLLM; each round starts with the next one, so none always goes first), so that whatever else loads the
     machine weighs on the three alike. Returns one row per round and concurrency: {"streams": n, "round": r,
     system: wave summary}. `frontends` names the API server process of each HTTP system (its pid): the CPU it spent
-    per output token is reported too (its engine core is another process)."""
+    per output token is reported too (its engine core is another process). A wave that would ask for fewer than
+    `min_tokens` output tokens runs back to back until it does (see `repeats`)."""
     from vllm import SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.sampling_params import RequestOutputKind
@@ -172,7 +187,8 @@ async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, 
                     for system in SYSTEMS[index % 3:] + SYSTEMS[:index % 3]:  # each system first in turn
                         pid = (frontends or {}).get(system)
                         spent = _cpu_seconds(pid)
-                        row[system] = (await wave(count, ones[system])).summary()
+                        times = repeats(count, max_tokens, min_tokens)
+                        row[system] = (await wave(count, ones[system], times)).summary()
                         if spent is not None:
                             used = (_cpu_seconds(pid) or 0.0) - spent
                             row[system]["frontend_cpu_us_per_token"] = round(
@@ -326,6 +342,8 @@ def main() -> None:
     options.add_argument("--streams", default="1,8,32,64", help="concurrent streams per wave, comma-separated")
     options.add_argument("--max-tokens", type=int, default=64)
     options.add_argument("--rounds", type=int, default=5, help="alternating rounds of the three systems")
+    options.add_argument("--wave-tokens", type=int, default=512, help="a wave asking for fewer output tokens than "
+                         "this (streams x max tokens) runs back to back until it has asked for this many")
     options.add_argument("--agent-turns", type=int, default=6)
     options.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     options.add_argument("--parts", default="waves,agent,stability,ceiling,pipeline",
@@ -342,6 +360,7 @@ def main() -> None:
     model_dir, name = str(ensure_bundled_model()), BUNDLED_MODEL_NAME
     python = sys.executable
     report: dict[str, Any] = {"model": name, "engine_flags": ENGINE_FLAGS, "max_output_tokens": args.max_tokens,
+                              "wave_tokens": args.wave_tokens,
                               "machine": {"cpus": os.cpu_count()}}
     parts = set(args.parts.split(","))
     if "waves" in parts:
@@ -353,7 +372,7 @@ def main() -> None:
         with Server(ours, 8701, args.out / "ours.log") as mine, Server(theirs, 8702, args.out / "vllm.log") as other:
             rows = asyncio.run(alternating_rounds({"ours": 8701, "vllm": 8702}, model_dir, name, counts, args.rounds,
                                                   args.max_tokens, {"ours": mine.process.pid,
-                                                                    "vllm": other.process.pid}))
+                                                                    "vllm": other.process.pid}, args.wave_tokens))
         (args.out / "waves.partial.json").write_text(json.dumps(rows))  # kept if a later part fails
     if "agent" in parts:
         print("[bench] agent workload on our server ...", file=sys.stderr, flush=True)
