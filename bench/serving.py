@@ -41,6 +41,7 @@ ENGINE_FLAGS = ["--dtype", "float32", "--enforce-eager", "--gpu-memory-utilizati
 WAVE_MEMORY = 0.15
 WAVE_FLAGS = [str(WAVE_MEMORY) if flag == "0.3" else flag for flag in ENGINE_FLAGS]
 START_TIMEOUT = 600
+WAVE_TOKENS = 512  # a wave asking for fewer output tokens runs back to back until it has asked for this many
 
 
 def prompt(n: int) -> str:
@@ -141,7 +142,7 @@ SYSTEMS = ("ours", "vllm", "raw")
 
 async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, counts: list[int], rounds: int,
                              max_tokens: int, frontends: dict[str, int] | None = None,
-                             min_tokens: int = 1) -> list[dict[str, Any]]:
+                             min_tokens: int = WAVE_TOKENS) -> list[dict[str, Any]]:
     """`rounds` rounds; in each, at each concurrency, one wave on each system in turn (ours, vLLM's server, raw
     AsyncLLM; each round starts with the next one, so none always goes first), so that whatever else loads the
     machine weighs on the three alike. Returns one row per round and concurrency: {"streams": n, "round": r,
@@ -184,10 +185,10 @@ async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, 
             for index in range(rounds):
                 for count in counts:
                     row: dict[str, Any] = {"round": index + 1, "streams": count}
+                    times = repeats(count, max_tokens, min_tokens)
                     for system in SYSTEMS[index % 3:] + SYSTEMS[:index % 3]:  # each system first in turn
                         pid = (frontends or {}).get(system)
                         spent = _cpu_seconds(pid)
-                        times = repeats(count, max_tokens, min_tokens)
                         row[system] = (await wave(count, ones[system], times)).summary()
                         if spent is not None:
                             used = (_cpu_seconds(pid) or 0.0) - spent
@@ -342,8 +343,8 @@ def main() -> None:
     options.add_argument("--streams", default="1,8,32,64", help="concurrent streams per wave, comma-separated")
     options.add_argument("--max-tokens", type=int, default=64)
     options.add_argument("--rounds", type=int, default=5, help="alternating rounds of the three systems")
-    options.add_argument("--wave-tokens", type=int, default=512, help="a wave asking for fewer output tokens than "
-                         "this (streams x max tokens) runs back to back until it has asked for this many")
+    options.add_argument("--wave-tokens", type=int, default=WAVE_TOKENS, help="a wave asking for fewer output "
+                         "tokens than this (streams x max tokens) runs back to back until it has asked for this many")
     options.add_argument("--agent-turns", type=int, default=6)
     options.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     options.add_argument("--parts", default="waves,agent,stability,ceiling,pipeline",
