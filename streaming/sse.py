@@ -51,6 +51,15 @@ async def stored_frames(events: AsyncIterable[str]) -> AsyncIterator[bytes]:
         yield encode_stored(data)
 
 
+def error_event_json(sequence_number: int, code: str, message: str) -> str:
+    """An `error` event, which ends a stream the server cannot go on with when no terminal event is its to tell (a
+    response that runs on elsewhere). Its fields are both the SDK's `ResponseErrorEvent` (code, message and param at
+    the top) and the spec's `ErrorStreamingEvent` (an `error` payload, which the SDK raises as an APIError)."""
+    error = {"type": "server_error", "code": code, "message": message, "param": None}
+    return json.dumps({"type": "error", "sequence_number": sequence_number, "code": code, "message": message,
+                       "param": None, "error": error}, separators=(",", ":"))
+
+
 def keepalive_comment() -> ServerSentEvent:
     """A comment frame that clients ignore and proxies count as traffic."""
     return ServerSentEvent(comment="keep-alive", sep=SEPARATOR)

@@ -5,29 +5,37 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
+from openai.types.responses import ResponseErrorEvent
 
 from server.config import ServerConfig
 from server.http.app import create_app
+from server.runs.background import BackgroundRuns
 from server.serving import ServingContext
 from server.store.interface import StoreUnavailable
 from server.store.sqlite import SqliteStore
 from tests.conftest import serve_in_thread
+from tests.openresponses import check_event
 from tests.scripted_engine import ScriptedEngine
+from tests.sse import events_of, parse_frames
+from tests.test_replicas import first_events
 from tests.test_server import MODEL, Harness
-from tests.test_store import say
+from tests.test_store import say, slow, wait_for_status
 from tests.validator import validate_events
 
 
-def serve(tokenizer: Any, store: Any) -> Any:
+def serve(tokenizer: Any, store: Any, lease_seconds: float = 30.0) -> Any:
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
-                             store=store)
+                             store=store, background=BackgroundRuns(lease_seconds=lease_seconds))
     return engine, serve_in_thread(create_app(context))
 
 
@@ -66,12 +74,14 @@ class FaultyStore:
 
     inner: SqliteStore
     broken: bool = False
+    failures: int = 0  # calls that failed so far
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.inner, name)
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             if self.broken and name != "close":
+                self.failures += 1
                 raise StoreUnavailable("injected fault")
             return await method(*args, **kwargs)
 
@@ -102,3 +112,55 @@ def test_a_failing_store_is_a_503_and_streams_still_end(tokenizer: Any, tmp_path
         assert httpx.get(base_url.removesuffix("/v1") + "/health").status_code == 200
         store.broken = False
         assert httpx.get(f"{base_url}/responses/{kept['id']}").json()["output"] == kept["output"]
+
+
+def test_a_follower_on_another_replica_rides_out_a_store_outage_or_ends_with_an_error_event(
+        tokenizer: Any, tmp_path: Path) -> None:
+    """B follows a background response that A runs, through the store they share. A short outage of B's store is
+    not seen by B's client (the events stay gapless up to the terminal one); one that outlasts a lease ends the
+    stream with an `error` event (the spec's and the SDK's), not a cut connection."""
+    db = tmp_path / "responses.db"
+    a_engine, a_server = serve(tokenizer, SqliteStore(db))
+    faulty = FaultyStore(SqliteStore(db))
+    b_engine, b_server = serve(tokenizer, faulty, lease_seconds=3.0)
+    with a_server as a_url, b_server as b_url:
+        a, b = Harness(a_engine, a_url), Harness(b_engine, b_url)
+
+        def outage_until(failed_calls: int) -> None:
+            faulty.broken, faulty.failures = True, 0
+            deadline = time.monotonic() + 60
+            while faulty.failures < failed_calls and time.monotonic() < deadline:
+                time.sleep(0.01)
+            faulty.broken = False
+
+        slow(a, tokenizer, words=60, delay=0.03)
+        first = first_events(a, 6, input="Count.", background=True)
+        response_id = first[0]["response"]["id"]
+        with httpx.stream("GET", f"{b_url}/responses/{response_id}", timeout=60,
+                          params={"stream": "true", "starting_after": first[-1]["sequence_number"]}) as response:
+            restorer = threading.Thread(target=outage_until, args=(3,))
+            restorer.start()
+            rest = events_of(parse_frames(response.iter_lines()))
+            restorer.join()
+        assert faulty.failures >= 3
+        final = validate_events(first + rest)
+        assert final.status == "completed" and final.output_text.startswith("word0 word1")
+
+        slow(a, tokenizer, words=60, delay=0.1)
+        first = first_events(a, 6, input="Count again.", background=True)
+        response_id = first[0]["response"]["id"]
+        stream = b.client.responses.retrieve(response_id, stream=True, starting_after=first[-1]["sequence_number"])
+        with httpx.stream("GET", f"{b_url}/responses/{response_id}", timeout=60,
+                          params={"stream": "true", "starting_after": first[-1]["sequence_number"]}) as response:
+            faulty.broken = True
+            events = events_of(parse_frames(response.iter_lines()))
+        ended = events[-1]
+        assert ended["type"] == "error" and ended["error"]["code"] == "store_unavailable", ended
+        check_event(ended)
+        error = ResponseErrorEvent.model_validate(ended)
+        assert error.sequence_number == first[-1]["sequence_number"] + len(events)
+        with pytest.raises(openai.APIError, match="store"):
+            for _ in stream:
+                pass
+        faulty.broken = False
+        assert wait_for_status(b, response_id, {"completed"}, within=60).output_text.startswith("word0 word1")

@@ -31,22 +31,22 @@ async def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
 @router.get("/v1/responses/{response_id}")
 async def retrieve_response(request: Request, response_id: str, stream: bool = False,
                             starting_after: int = Query(default=-1, ge=-1, le=MAX_SEQUENCE_NUMBER)) -> Any:
-    store = required_store(request)
-    live = serving_context(request).background.get(response_id)
+    store, context = required_store(request), serving_context(request)
+    live = context.background.get(response_id)
     if live is not None:  # still generating in the background: its live state
         if stream:
-            return event_stream(stored_frames(live.follow(starting_after)), serving_context(request).config)
+            return event_stream(stored_frames(live.follow(starting_after)), context.config)
         return _json(live.response())
     record = await _stored(store, response_id)
     if not stream:
         return record.response
     if record.background and record.status in RUNNING:  # generating on another replica: follow its event log
-        return event_stream(stored_frames(follow_stored(store, response_id, starting_after)),
-                            serving_context(request).config)
-    events = await store.events_after(response_id, starting_after)
-    if not events and starting_after < 0:
+        events = follow_stored(store, response_id, starting_after, outage_seconds=context.background.lease_seconds)
+        return event_stream(stored_frames(events), context.config)
+    logged = await store.events_after(response_id, starting_after)
+    if not logged and starting_after < 0:
         raise APIError(f"Response '{response_id}' was not streamed; it has no events to replay.", param="stream")
-    return event_stream(stored_frames(_each(events)), serving_context(request).config)
+    return event_stream(stored_frames(_each(logged)), context.config)
 
 
 async def _each(events: list[str]) -> AsyncIterator[str]:
