@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from server.engine.interface import EngineRequest, EngineStep
+from server.engine.interface import EngineRequest, EngineStep, Prefilled
 
 
 @dataclass
@@ -23,6 +23,7 @@ class ScriptedEngine:
     step_delay: float = 0.0
     first: int = 0  # the number of requests before the scripts were set: the next request plays the first script
     requests: list[EngineRequest] = field(default_factory=list)
+    prefilled: list[EngineRequest] = field(default_factory=list)  # warm-ups' prompts, computed without a script
     aborted: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
 
@@ -39,6 +40,11 @@ class ScriptedEngine:
             done = True
         finally:
             (self.finished if done else self.aborted).append(request.request_id)
+
+    async def prefill(self, request: EngineRequest) -> Prefilled:
+        await asyncio.sleep(self.step_delay)
+        self.prefilled.append(request)
+        return Prefilled(len(request.prompt_token_ids))
 
     async def shutdown(self) -> None:
         return None

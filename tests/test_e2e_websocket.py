@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -60,7 +61,9 @@ def sdk_socket(server: RunningServer) -> Iterator[SdkSocket]:
 
 
 def recordings(server: RunningServer) -> list[Recording]:
-    return read_recordings(server.log.parent / "engine.jsonl")
+    """What the engine ran so far (the server records each request, from its first)."""
+    path = server.log.parent / "engine.jsonl"
+    return read_recordings(path) if path.exists() else []
 
 
 def prompt_with(server: RunningServer, tokenizer: Any, text: str) -> str:
@@ -95,24 +98,29 @@ def test_sdk_two_turns_chained_with_store_false(server: RunningServer) -> None:
 
 
 def test_async_sdk_warm_up_then_a_turn(server: RunningServer, tokenizer: Any) -> None:
+    """Codex's start-up warm-up (`generate: false` with its instructions and tools): no output, but the engine has
+    computed the prompt, so the turn chained to it finds that prefix in the engine's cache."""
     before = len(recordings(server))
+    instructions = f"You are pirate {secrets.token_hex(8)}. " + "Answer like a pirate of the Caribbean. " * 40
 
     async def run() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
         async with client.responses.connect() as conn:
-            await conn.response.create(model=MODEL, instructions="You are a pirate.", tools=[WEATHER], store=False,
+            await conn.response.create(model=MODEL, instructions=instructions, tools=[WEATHER], store=False,
                                        input="Ahoy.", generate=False)
             warm = await _async_events(conn)
-            await conn.response.create(model=MODEL, instructions="You are a pirate.", tools=[WEATHER], store=False,
+            await conn.response.create(model=MODEL, instructions=instructions, tools=[WEATHER], store=False,
                                        input="Who are you?", max_output_tokens=16,
                                        previous_response_id=warm[-1]["response"]["id"])
             return warm, await _async_events(conn)
 
     warm, turn = asyncio.run(run())
-    warmed = validate_events(warm)
-    assert warmed.status == "completed" and warmed.output == [] and warmed.usage.input_tokens > 0
-    assert validate_events(turn).status in ("completed", "incomplete")
-    assert len(recordings(server)) == before + 1  # the warm-up ran nothing on the engine
+    warmed, answered = validate_events(warm), validate_events(turn)
+    assert warmed.status == "completed" and warmed.output == [] and warmed.usage.output_tokens == 0
+    assert warmed.usage.input_tokens > 256 and warmed.usage.input_tokens_details.cached_tokens == 0  # a new prefix
+    assert answered.status in ("completed", "incomplete")
+    assert answered.usage.input_tokens_details.cached_tokens >= 256  # what the warm-up computed (128-token blocks)
+    assert len(recordings(server)) == before + 1  # the warm-up generated nothing: only the turn is recorded
     assert "Ahoy." in prompt_with(server, tokenizer, "Who are you?")
 
 

@@ -129,8 +129,11 @@ def test_async_sdk_connect_warm_up_then_a_turn(served: Served, tokenizer: Any) -
     assert warmed.status == "completed" and warmed.output == [] and warmed.usage.output_tokens == 0
     assert warmed.usage.input_tokens > 0
     assert validate_events(checked([event.to_dict() for event in turn])).output_text == "Hi there."
-    assert len(served.engine.requests) == 1  # the warm-up generated nothing
-    assert "You are terse." in served.engine.tokenizer.decode(served.engine.requests[0].prompt_token_ids)
+    (warm_up,), (answer,) = served.engine.prefilled, served.engine.requests  # the warm-up computed its prompt
+    assert "You are terse." in served.engine.tokenizer.decode(warm_up.prompt_token_ids)
+    assert warmed.usage.input_tokens == len(warm_up.prompt_token_ids)
+    shared = next(i for i, (a, b) in enumerate(zip(warm_up.prompt_token_ids, answer.prompt_token_ids)) if a != b)
+    assert "You are terse." in served.engine.tokenizer.decode(answer.prompt_token_ids[:shared])
 
 
 async def _async_until_terminal(conn: Any) -> list[Any]:

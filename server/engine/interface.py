@@ -59,6 +59,14 @@ class EngineStep:
     prompt_tokens: int | None = None  # the prompt's length as the engine ran it (images expanded), first step
 
 
+@dataclass(frozen=True)
+class Prefilled:
+    """A prompt the engine computed without generating (a warm-up): its length as run, and how much was cached."""
+
+    prompt_tokens: int
+    cached_tokens: int = 0
+
+
 class Engine(Protocol):
     """A running model: streams steps for a request; closing the iterator aborts the request."""
 
@@ -70,5 +78,9 @@ class Engine(Protocol):
     image_placeholder: str | None  # the text that stands for one image in a prompt (vLLM expands it), if it sees
 
     def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]: ...
+
+    async def prefill(self, request: EngineRequest) -> Prefilled:
+        """Compute the request's prompt so the engine's prefix cache holds it for a request that extends it."""
+        ...
 
     async def shutdown(self) -> None: ...

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, get_args
 
-from server.engine.interface import Engine, EngineFinish, EngineRequest, EngineStep
+from server.engine.interface import Engine, EngineFinish, EngineRequest, EngineStep, Prefilled
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,10 @@ class RecordingEngine:
                 with self.path.open("a") as out:
                     out.write(line + "\n")
 
+    async def prefill(self, request: EngineRequest) -> Prefilled:
+        """Not recorded: a recording is one generation, and a replay has nothing to compute."""
+        return await self.inner.prefill(request)
+
     async def shutdown(self) -> None:
         await self.inner.shutdown()
 
@@ -116,6 +120,10 @@ class ReplayEngine:
                 return
             budget -= len(tokens)
             yield EngineStep(token_ids=tokens, finish_reason=_replayed_finish(recording) if last else None)
+
+    async def prefill(self, request: EngineRequest) -> Prefilled:
+        """Nothing to compute: recorded output needs no cache, and no recording is used up."""
+        return Prefilled(len(request.prompt_token_ids))
 
     async def shutdown(self) -> None:
         return None

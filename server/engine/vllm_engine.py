@@ -8,9 +8,11 @@ from __future__ import annotations
 import argparse
 import logging
 import socket
+from contextlib import aclosing
+from dataclasses import replace
 from typing import Any, AsyncIterator, Callable
 
-from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, EngineStep, StepLogprob
+from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, EngineStep, Prefilled, StepLogprob
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +122,15 @@ class VllmEngine:
                 prompt_tokens=len(output.prompt_token_ids) if first and output.prompt_token_ids else None,
             )
             first = False
+
+    async def prefill(self, request: EngineRequest) -> Prefilled:
+        """The prompt is computed as for generation; vLLM samples at least one token, which is dropped."""
+        sampling = replace(request.sampling, max_tokens=1, logprobs=None, structural_tag=None)
+        prompt_tokens, cached = len(request.prompt_token_ids), 0
+        async with aclosing(self.generate(replace(request, sampling=sampling))) as steps:  # closing aborts
+            async for step in steps:
+                prompt_tokens, cached = step.prompt_tokens or prompt_tokens, max(cached, step.cached_tokens)
+        return Prefilled(prompt_tokens, cached)
 
     async def shutdown(self) -> None:
         self._llm.shutdown()

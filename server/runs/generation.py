@@ -6,7 +6,7 @@ import asyncio
 import logging
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from openai.types.responses import Response, ResponseOutputItem, ResponseStreamEvent
 
@@ -21,6 +21,7 @@ from streaming.outcome import Finished, Usage
 
 logger = logging.getLogger(__name__)
 GENERATION_FAILED = "The model's output could not be generated; the server logged why. Try again."
+T = TypeVar("T")
 
 
 @dataclass
@@ -145,11 +146,28 @@ class ResponseRun:
 
     async def _next_step(self, steps: AsyncIterator[EngineStep]) -> EngineStep | None:
         """The engine's next step; None when there are no more, or when `stop()` interrupted the wait."""
-        self._waiting = self._task
         try:
-            return await anext(steps)
+            return await self._engine_work(anext(steps))
         except StopAsyncIteration:
             return None
+
+    async def _prefill(self) -> Finished:
+        """A warm-up's engine work: its prompt is computed (not generated from), so the turn that extends it finds it
+        in the engine's prefix cache."""
+        try:
+            prefilled = await self._engine_work(self.engine.prefill(self.request))
+        except Exception:
+            logger.exception("response %s: the warm-up's prefill failed", self.builder.response_id)
+            return Finished("error", error_message=GENERATION_FAILED)
+        if prefilled is not None:
+            self.prompt_tokens, self.cached_tokens = prefilled.prompt_tokens, prefilled.cached_tokens
+        return self._stopping or Finished("prepared")
+
+    async def _engine_work(self, work: Awaitable[T]) -> T | None:
+        """What `work` gives; None when `stop()` interrupted the wait for it."""
+        self._waiting = self._task
+        try:
+            return await work
         except asyncio.CancelledError:
             if self._stopping is None or self._waiting is None:
                 raise  # the client went away (or a background cancel): not ours to absorb
@@ -162,7 +180,7 @@ class ResponseRun:
         for event in self.builder.start():
             yield event
         if not self.generate:
-            for event in self._finish(Finished("prepared")):
+            for event in self._finish(await self._prefill()):
                 yield event
             return
         if self.before is not None:
