@@ -1,13 +1,13 @@
 """The serving benchmark users can rerun (`make bench`): our server, vLLM's built-in `/v1/responses` server
 and raw AsyncLLM, in one run on one machine, with the same model, engine flags and chat-template prompts.
 
-    .venv/bin/python bench/serving.py [--streams 1,8,32,64] [--rounds 5] [--max-tokens 64] [--wave-tokens 512]
+    .venv/bin/python bench/serving.py [--streams 1,8,32,64] [--rounds 6] [--max-tokens 64] [--wave-tokens 512]
         [--out bench/results]
 
 The three systems run side by side (each with half the usual KV cache) in alternating rounds: in each round, at
-each concurrency, one wave on ours, one on vLLM's server, one on raw AsyncLLM (each round starting with the next
-one; a wave asking for fewer than --wave-tokens output tokens, as 1 stream of 64 does, runs back to back until it
-has asked for that many, measured as one). Per concurrency it reports the median tokens/s and time to first token
+each concurrency, one wave on ours, one on vLLM's server, one on raw AsyncLLM (over six rounds, each system runs
+first, second and third twice, and before each other one three times). A wave asking for fewer than --wave-tokens
+output tokens, as 1 stream of 64 does, runs back to back until it has asked for that many, measured as one. Per concurrency it reports the median tokens/s and time to first token
 of each, and the median over rounds of ours/vLLM's and ours/raw with their spread (the lowest and highest round,
 and the medians of the odd and of the even rounds). Then a multi-turn agent workload with tool calls on our server
 (previous_response_id, and stateless resend of the whole conversation), with the prefix-cache hit ratio of each
@@ -138,13 +138,19 @@ async def responses_stream(client: httpx.AsyncClient, url: str, model: str, n: i
 
 
 SYSTEMS = ("ours", "vllm", "raw")
+# The order of the systems in each round, cycling: over six rounds each system runs first, second and third twice,
+# and each runs before each other one three times (a Williams design), so a drift within a round (the machine slowing
+# or speeding up as a round goes on) weighs on the three alike. Rotating one order gave ours the last place in two
+# of five rounds and vLLM's server in one.
+ORDERS = (("ours", "vllm", "raw"), ("vllm", "raw", "ours"), ("raw", "ours", "vllm"),
+          ("ours", "raw", "vllm"), ("raw", "vllm", "ours"), ("vllm", "ours", "raw"))
 
 
 async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, counts: list[int], rounds: int,
                              max_tokens: int, frontends: dict[str, int] | None = None,
                              min_tokens: int = WAVE_TOKENS) -> list[dict[str, Any]]:
     """`rounds` rounds; in each, at each concurrency, one wave on each system in turn (ours, vLLM's server, raw
-    AsyncLLM; each round starts with the next one, so none always goes first), so that whatever else loads the
+    AsyncLLM, in the round's order from ORDERS), so that whatever else loads the
     machine weighs on the three alike. Returns one row per round and concurrency: {"streams": n, "round": r,
     system: wave summary}. `frontends` names the API server process of each HTTP system (its pid): the CPU it spent
     per output token is reported too (its engine core is another process). A wave that would ask for fewer than
@@ -186,7 +192,7 @@ async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, 
                 for count in counts:
                     row: dict[str, Any] = {"round": index + 1, "streams": count}
                     times = repeats(count, max_tokens, min_tokens)
-                    for system in SYSTEMS[index % 3:] + SYSTEMS[:index % 3]:  # each system first in turn
+                    for system in ORDERS[index % len(ORDERS)]:
                         pid = (frontends or {}).get(system)
                         spent = _cpu_seconds(pid)
                         row[system] = (await wave(count, ones[system], times)).summary()
@@ -342,7 +348,8 @@ def main() -> None:
     options = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_argument("--streams", default="1,8,32,64", help="concurrent streams per wave, comma-separated")
     options.add_argument("--max-tokens", type=int, default=64)
-    options.add_argument("--rounds", type=int, default=5, help="alternating rounds of the three systems")
+    options.add_argument("--rounds", type=int, default=len(ORDERS), help="alternating rounds of the three systems "
+                         f"(a multiple of {len(ORDERS)} puts each in each place equally often)")
     options.add_argument("--wave-tokens", type=int, default=WAVE_TOKENS, help="a wave asking for fewer output "
                          "tokens than this (streams x max tokens) runs back to back until it has asked for this many")
     options.add_argument("--agent-turns", type=int, default=6)
