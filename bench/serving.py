@@ -7,7 +7,8 @@ and raw AsyncLLM, in one run on one machine, with the same model, engine flags a
 The three systems run side by side (each with half the usual KV cache) in alternating rounds: in each round, at
 each concurrency, one wave on ours, one on vLLM's server, one on raw AsyncLLM (over six rounds, each system runs
 first, second and third twice, and before each other one three times). A wave asking for fewer than --wave-tokens
-output tokens, as 1 stream of 64 does, runs back to back until it has asked for that many, measured as one. Per concurrency it reports the median tokens/s and time to first token
+output tokens, as 1 stream of 64 does, is repeated until it has asked for that many and measured as one, the three
+systems' repeats taking turns. Per concurrency it reports the median tokens/s and time to first token
 of each, and the median over rounds of ours/vLLM's and ours/raw with their spread (the lowest and highest round,
 and the medians of the odd and of the even rounds). Then a multi-turn agent workload with tool calls on our server
 (previous_response_id, and stateless resend of the whole conversation), with the prefix-cache hit ratio of each
@@ -41,7 +42,7 @@ ENGINE_FLAGS = ["--dtype", "float32", "--enforce-eager", "--gpu-memory-utilizati
 WAVE_MEMORY = 0.15
 WAVE_FLAGS = [str(WAVE_MEMORY) if flag == "0.3" else flag for flag in ENGINE_FLAGS]
 START_TIMEOUT = 600
-WAVE_TOKENS = 512  # a wave asking for fewer output tokens runs back to back until it has asked for this many
+WAVE_TOKENS = 512  # a wave asking for fewer output tokens is repeated until it has asked for this many
 
 
 def prompt(n: int) -> str:
@@ -58,6 +59,12 @@ class Wave:
     tokens: int
     seconds: float
 
+    def add(self, other: "Wave") -> None:
+        """Count another wave of the same size in with this one, as if they had run back to back."""
+        self.ttfts += other.ttfts
+        self.tokens += other.tokens
+        self.seconds += other.seconds
+
     def summary(self) -> dict[str, float]:
         ordered = sorted(self.ttfts)
         p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
@@ -66,21 +73,18 @@ class Wave:
                 "output_tokens": self.tokens}
 
 
-async def wave(streams: int, one: Callable[[int], Awaitable[tuple[float, int]]], times: int = 1) -> Wave:
-    """`streams` concurrent streams, `times` times back to back, measured as one wave."""
-    ttfts, tokens, seconds = [], 0, 0.0
-    for _ in range(times):
-        started = time.perf_counter()
-        results = await asyncio.gather(*(one(n) for n in range(streams)))
-        seconds += time.perf_counter() - started
-        ttfts += [ttft for ttft, _ in results]
-        tokens += sum(count for _, count in results)
-    return Wave(streams, ttfts, tokens, seconds)
+async def wave(streams: int, one: Callable[[int], Awaitable[tuple[float, int]]]) -> Wave:
+    """`streams` concurrent streams, measured as one wave."""
+    started = time.perf_counter()
+    results = await asyncio.gather(*(one(n) for n in range(streams)))
+    return Wave(streams, [ttft for ttft, _ in results], sum(count for _, count in results),
+                time.perf_counter() - started)
 
 
 def repeats(streams: int, max_tokens: int, min_tokens: int) -> int:
-    """How many times a wave runs back to back so that it asks for at least `min_tokens`: a wave of one 64-token
-    stream lasts about 4 s here, and one slow engine step moves it by several percent."""
+    """How many times a wave runs so that it asks for at least `min_tokens`: a wave of one 64-token stream lasts
+    about 4 s here, and one slow engine step moves it by several percent. The systems' repeats interleave (ours,
+    vLLM's, raw, ours, ...), so the machine's drift over the half-minute they take together weighs on each alike."""
     return max(1, -(-min_tokens // (streams * max_tokens)))
 
 
@@ -150,11 +154,11 @@ async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, 
                              max_tokens: int, frontends: dict[str, int] | None = None,
                              min_tokens: int = WAVE_TOKENS) -> list[dict[str, Any]]:
     """`rounds` rounds; in each, at each concurrency, one wave on each system in turn (ours, vLLM's server, raw
-    AsyncLLM, in the round's order from ORDERS), so that whatever else loads the
-    machine weighs on the three alike. Returns one row per round and concurrency: {"streams": n, "round": r,
+    AsyncLLM, in the round's order from ORDERS), so that whatever else loads the machine weighs on the three alike.
+    Returns one row per round and concurrency: {"streams": n, "round": r,
     system: wave summary}. `frontends` names the API server process of each HTTP system (its pid): the CPU it spent
     per output token is reported too (its engine core is another process). A wave that would ask for fewer than
-    `min_tokens` output tokens runs back to back until it does (see `repeats`)."""
+    `min_tokens` output tokens is repeated until it does, the systems taking turns (see `repeats`)."""
     from vllm import SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.sampling_params import RequestOutputKind
@@ -190,16 +194,21 @@ async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, 
             rows = []
             for index in range(rounds):
                 for count in counts:
+                    order = ORDERS[index % len(ORDERS)]
+                    waves = {system: Wave(count, [], 0, 0.0) for system in order}
+                    used = {system: 0.0 for system in order}
+                    for _ in range(repeats(count, max_tokens, min_tokens)):  # the systems' repeats interleave
+                        for system in order:
+                            pid = (frontends or {}).get(system)
+                            spent = _cpu_seconds(pid)
+                            waves[system].add(await wave(count, ones[system]))
+                            used[system] += (_cpu_seconds(pid) or 0.0) - spent if spent is not None else 0.0
                     row: dict[str, Any] = {"round": index + 1, "streams": count}
-                    times = repeats(count, max_tokens, min_tokens)
-                    for system in ORDERS[index % len(ORDERS)]:
-                        pid = (frontends or {}).get(system)
-                        spent = _cpu_seconds(pid)
-                        row[system] = (await wave(count, ones[system], times)).summary()
-                        if spent is not None:
-                            used = (_cpu_seconds(pid) or 0.0) - spent
+                    for system in SYSTEMS:
+                        row[system] = waves[system].summary()
+                        if (frontends or {}).get(system) is not None:
                             row[system]["frontend_cpu_us_per_token"] = round(
-                                used / max(row[system]["output_tokens"], 1) * 1e6)
+                                used[system] / max(row[system]["output_tokens"], 1) * 1e6)
                     rows.append(row)
                     print(f"[bench] round {index + 1}, {count} streams: " + ", ".join(
                         f"{system} {row[system]['tokens_per_s']} tok/s" for system in SYSTEMS),
@@ -351,7 +360,8 @@ def main() -> None:
     options.add_argument("--rounds", type=int, default=len(ORDERS), help="alternating rounds of the three systems "
                          f"(a multiple of {len(ORDERS)} puts each in each place equally often)")
     options.add_argument("--wave-tokens", type=int, default=WAVE_TOKENS, help="a wave asking for fewer output "
-                         "tokens than this (streams x max tokens) runs back to back until it has asked for this many")
+                         "tokens than this (streams x max tokens) is repeated until it has asked for this many, the systems "
+                         "taking turns")
     options.add_argument("--agent-turns", type=int, default=6)
     options.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     options.add_argument("--parts", default="waves,agent,stability,ceiling,pipeline",
