@@ -191,7 +191,7 @@ async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, 
             ones = {"ours": over_http("ours"), "vllm": over_http("vllm"), "raw": raw}
             for system in SYSTEMS:  # warm-up
                 await wave(2, ones[system])
-            rows = []
+            rows, pids = [], frontends or {}
             for index in range(rounds):
                 for count in counts:
                     order = ORDERS[index % len(ORDERS)]
@@ -199,14 +199,13 @@ async def alternating_rounds(ports: dict[str, int], model_dir: str, model: str, 
                     used = {system: 0.0 for system in order}
                     for _ in range(repeats(count, max_tokens, min_tokens)):  # the systems' repeats interleave
                         for system in order:
-                            pid = (frontends or {}).get(system)
-                            spent = _cpu_seconds(pid)
+                            spent = _cpu_seconds(pids.get(system))
                             waves[system].add(await wave(count, ones[system]))
-                            used[system] += (_cpu_seconds(pid) or 0.0) - spent if spent is not None else 0.0
+                            used[system] += (_cpu_seconds(pids.get(system)) or 0.0) - (spent or 0.0)
                     row: dict[str, Any] = {"round": index + 1, "streams": count}
                     for system in SYSTEMS:
                         row[system] = waves[system].summary()
-                        if (frontends or {}).get(system) is not None:
+                        if system in pids:
                             row[system]["frontend_cpu_us_per_token"] = round(
                                 used[system] / max(row[system]["output_tokens"], 1) * 1e6)
                     rows.append(row)
@@ -360,8 +359,8 @@ def main() -> None:
     options.add_argument("--rounds", type=int, default=len(ORDERS), help="alternating rounds of the three systems "
                          f"(a multiple of {len(ORDERS)} puts each in each place equally often)")
     options.add_argument("--wave-tokens", type=int, default=WAVE_TOKENS, help="a wave asking for fewer output "
-                         "tokens than this (streams x max tokens) is repeated until it has asked for this many, the systems "
-                         "taking turns")
+                         "tokens than this (streams x max tokens) is repeated until it has asked for this many, the "
+                         "systems taking turns")
     options.add_argument("--agent-turns", type=int, default=6)
     options.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     options.add_argument("--parts", default="waves,agent,stability,ceiling,pipeline",
