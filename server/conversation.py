@@ -46,6 +46,9 @@ def _stored_item(item: Any, ids: IdFactory) -> dict[str, Any]:
         data.setdefault("status", "completed")
     elif item.type in ("function_call", "function_call_output"):
         data.setdefault("status", "completed")
+    for part in data.get("content") or data.get("output") or ():
+        if isinstance(part, dict) and part.get("type") == "input_image":
+            part.setdefault("detail", "auto")  # OpenAI's default, and the SDK's type requires one
     return data
 
 

@@ -11,6 +11,7 @@ from server.errors import RequestError
 from server.requests import MessageItem, ResponsesRequest, ToolOutput
 
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
+LOW_DETAIL_SIDE = 512  # `detail: low`: OpenAI's models see "a low-res 512px x 512px version of the image"
 MAX_IMAGE_PIXELS = 40_000_000  # width x height, checked from the header before any pixel is decoded
 IMAGE_TYPES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/jpg": "JPEG", "image/webp": "WEBP",
                "image/gif": "GIF"}
@@ -66,6 +67,17 @@ def _decoded(data: bytes, expected: str | None, param: str) -> Any:
         raise RequestError(f"The image has more than {MAX_IMAGE_PIXELS:,} pixels.", param=param) from None
     except Exception:  # PIL raises OSError, ValueError, SyntaxError, EOFError, DecompressionBombError, ...
         raise RequestError("The image could not be decoded.", param=param) from None
+
+
+def sized(image: Any, detail: str | None) -> Any:
+    """The image as the model gets it: with `detail: low`, scaled down to fit LOW_DETAIL_SIDE pixels a side (its
+    aspect kept; fewer image tokens on models that read images at their own size); else as sent, for the model's
+    processor to size (`high`, `auto` and `original` alike: the processor knows the model's resolution)."""
+    if detail != "low" or max(image.size) <= LOW_DETAIL_SIDE:
+        return image
+    smaller = image.copy()
+    smaller.thumbnail((LOW_DETAIL_SIDE, LOW_DETAIL_SIDE))
+    return smaller
 
 
 def image_parts(request: ResponsesRequest) -> Iterator[tuple[str, Any]]:

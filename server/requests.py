@@ -57,6 +57,7 @@ class ContentPart(_Lenient):
     text: str | None = None
     refusal: str | None = None
     image_url: Any = None  # an input_image's, checked when the image is decoded
+    detail: Literal["low", "high", "auto", "original"] | None = None  # an input_image's; see server/media.py
     _file_text: str | None = PrivateAttr(default=None)  # an input_file's text (the part is stored as sent)
 
     @field_validator("type")

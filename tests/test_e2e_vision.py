@@ -93,3 +93,12 @@ def test_an_image_in_a_tool_output_continues_the_tool_loop(vlm: RunningServer) -
          "output": [{"type": "input_image", "image_url": png(24, 24)}]}])
     assert response.output and response.usage is not None
     assert read_recordings(vlm.log.parent / "engine.jsonl")[-1].images == [[24, 24]]
+
+
+def test_detail_low_sends_the_engine_at_most_512_pixels_a_side(vlm: RunningServer) -> None:
+    wide = png(1200, 600)
+    response = _ask(vlm, {"type": "input_text", "text": "What is it?"},
+                    {"type": "input_image", "image_url": wide, "detail": "low"},
+                    {"type": "input_image", "image_url": wide, "detail": "high"})
+    assert response.output and response.usage is not None
+    assert read_recordings(vlm.log.parent / "engine.jsonl")[-1].images == [[512, 256], [1200, 600]]

@@ -119,6 +119,29 @@ def test_images_in_several_messages_and_a_tool_output_go_in_prompt_order(vision:
     assert vision.prompt().count(PLACEHOLDER) == 4
 
 
+def test_detail_low_sends_the_model_at_most_512_pixels_a_side_and_the_rest_as_sent(vision: Vision) -> None:
+    wide, small = image_url(2000, 1000), image_url(300, 200)
+    body = vision.post(input=[_user({"type": "input_image", "image_url": wide, "detail": "low"},
+                                    {"type": "input_image", "image_url": wide, "detail": "high"},
+                                    {"type": "input_image", "image_url": wide},
+                                    {"type": "input_image", "image_url": wide, "detail": "original"},
+                                    {"type": "input_image", "image_url": small, "detail": "low"})])
+    assert body.status_code == 200, body.text
+    sizes = [image.size for image in vision.engine.requests[-1].images]
+    assert sizes == [(512, 256), (2000, 1000), (2000, 1000), (2000, 1000), (300, 200)]
+    again = vision.post(previous_response_id=body.json()["id"], input="And now?")
+    assert again.status_code == 200, again.text
+    assert [image.size for image in vision.engine.requests[-1].images] == sizes  # the history keeps each detail
+
+
+def test_an_unknown_detail_is_a_400_naming_the_part(vision: Vision) -> None:
+    response = vision.post(input=[_user({"type": "input_text", "text": "Look"},
+                                        {"type": "input_image", "image_url": image_url(), "detail": "medium"})])
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "input[0].content[1].detail" and "detail" in error["message"], error
+
+
 def test_usage_counts_the_prompt_as_the_engine_ran_it(vision: Vision, tokenizer: Any) -> None:
     vision.engine.scripts = [[replace(step, prompt_tokens=EXPANDED + 10 if index == 0 else None)
                               for index, step in enumerate(vision.engine.scripts[0])]]
@@ -135,6 +158,7 @@ def test_an_image_stored_with_a_response_goes_to_the_engine_again_in_the_next_tu
     assert [image.size for image in vision.engine.requests[-1].images] == [(6, 6)]
     items = httpx.get(f"{vision.base_url}/responses/{first['id']}/input_items", timeout=30).json()["data"]
     assert items[0]["content"][0]["image_url"] == image_url(6, 6)  # kept as sent, not re-encoded
+    assert items[0]["content"][0]["detail"] == "auto"  # listed with its default, as the SDK's type requires one
 
 
 def test_an_image_cut_short_is_decoded_as_far_as_it_goes(vision: Vision) -> None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from parsers.base import OutputParser
 from parsers.decoder import IncrementalDecoder
 from parsers.tools import ToolTable
 from server.constraints.rules import OutputRules
-from server.requests import ResponsesRequest
+from server.requests import ContentPart, ResponsesRequest
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class RenderedPrompt:
     text: str
     tools: ToolTable | None
     stop_token_ids: tuple[int, ...] = ()
-    image_urls: tuple[Any, ...] = ()  # the images behind the prompt's image placeholders, in order
+    images: tuple[ContentPart, ...] = ()  # the image parts behind the prompt's image placeholders, in order
 
 
 class ModelPath(Protocol):

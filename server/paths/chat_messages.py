@@ -28,13 +28,13 @@ class PromptImages:
     (which vLLM's processor for the model expands into the image's tokens)."""
 
     placeholder: str
-    urls: list[Any] = field(default_factory=list)
+    parts: list[ContentPart] = field(default_factory=list)
 
     def text(self, parts: Sequence[ContentPart]) -> str:
         pieces = []
         for part in parts:
             if part.is_image():
-                self.urls.append(part.image_url)
+                self.parts.append(part)
                 pieces.append(self.placeholder)
             else:
                 pieces.append(part.as_text())

@@ -110,7 +110,7 @@ class ChatTemplateRenderer:
             raise RequestError(_template_refusal(exc), param="input") from exc
         token_ids = list(self._tokenizer.encode(text, add_special_tokens=False))
         return RenderedPrompt(token_ids=token_ids, text=text, tools=table,
-                              image_urls=tuple(images.urls) if images else ())
+                              images=tuple(images.parts) if images else ())
 
 
 def _template_refusal(exc: Exception) -> str:

@@ -14,7 +14,7 @@ from server.constraints.rules import output_rules
 from server.conversation import since_last_compaction, stored_input_items, with_history
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
 from server.errors import GenerationFailed, NotFound, RequestError
-from server.media import image_parts, load_image, request_images
+from server.media import image_parts, load_image, request_images, sized
 from server.media_fetch import fetch_images
 from server.paths.tools import tool_definitions
 from server.requests import CompactionItem, ResponsesRequest
@@ -163,8 +163,9 @@ def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: R
     engine, path = context.started()
     decoded = request_images(body, engine.input_modalities, fetched)  # before rendering: a bad image names its part
     rendered = render_to_fit(path.render, conversation, engine.max_model_len)
-    images = tuple(decoded[url] if url in decoded else load_image(url, "previous_response_id", fetched)
-                   for url in rendered.image_urls)  # those of the history were checked when first sent
+    images = tuple(sized(decoded[part.image_url] if part.image_url in decoded
+                         else load_image(part.image_url, "previous_response_id", fetched), part.detail)
+                   for part in rendered.images)  # those of the history were checked when first sent
     prompt = rendered.token_ids
     room = engine.max_model_len - len(prompt)
     cap = body.max_output_tokens or context.config.default_max_output_tokens
