@@ -17,6 +17,7 @@ from websockets.sync.client import connect as ws_connect
 
 from server.config import ServerConfig
 from server.http.app import create_app
+from server.runs.connection_responses import MAX_LANES_KEPT
 from server.serving import ServingContext
 from server.store.sqlite import SqliteStore
 from streaming.ids import counting_ids
@@ -201,6 +202,32 @@ def test_errors_are_events_and_the_socket_stays_open(served: Served) -> None:
     assert socket.recv()["error"]["code"] == "previous_response_not_found"
     socket.send({"type": "response.create", "model": MODEL, "input": "still there?"})
     assert socket.until_terminal()[-1]["type"] == "response.completed"
+
+
+def test_a_connection_keeps_each_lanes_latest_response_and_what_it_continues(served: Served) -> None:
+    """As OpenAI keeps the most recent response on a connection: an hour-long connection holds its live chains, not
+    every response it made. A chain keeps its ancestors (a turn may go back to one), a lane its own latest."""
+    socket = Socket(served.base_url)
+
+    def create(**fields: Any) -> dict[str, Any]:
+        socket.send({"type": "response.create", "model": MODEL, "store": False, **fields})
+        return socket.until_terminal(fields.get("stream_id"))[-1]
+
+    first = create(input="one")["response"]["id"]
+    second = create(input="two", previous_response_id=first)["response"]["id"]
+    assert create(input="two again", previous_response_id=first)["type"] == "response.completed"  # an ancestor
+    gone = create(input="back to two", previous_response_id=second)  # not behind the lane's latest any more
+    assert gone["type"] == "error" and gone["error"]["code"] == "previous_response_not_found", gone
+    on_b = create(input="on lane b", stream_id="b")["response"]["id"]
+    latest = create(input="a new chain")["response"]["id"]  # the default lane's old chain is let go
+    assert create(input="and on", previous_response_id=first)["error"]["code"] == "previous_response_not_found"
+    on_b = create(input="b goes on", previous_response_id=on_b, stream_id="b")["response"]["id"]
+    latest = create(input="still", previous_response_id=latest)["response"]["id"]
+    for lane in range(MAX_LANES_KEPT - 1):  # one lane more than are kept: the one used longest ago (b) loses its own
+        create(input="x", stream_id=f"lane-{lane}")
+    assert create(input="b again", previous_response_id=on_b, stream_id="b")["error"]["code"] == \
+        "previous_response_not_found"
+    assert create(input="on and on", previous_response_id=latest)["type"] == "response.completed"
 
 
 def test_a_full_lane_refuses_more(served: Served, tokenizer: Any) -> None:

@@ -17,10 +17,10 @@ from server.http.errors import APIError, api_error_of, from_validation_error, un
 from server.http.steering import Steer, SteerRefused
 from server.metrics import WEBSOCKET_EVENTS
 from server.requests import ResponsesRequest
+from server.runs.connection_responses import ConnectionResponses
 from server.runs.prepare import prepare_stored_run
 from server.runs.stored_run import StoredRun
 from server.serving import ServingContext
-from server.store.interface import StoredResponse
 
 logger = logging.getLogger(__name__)
 MAX_WAITING_PER_LANE = 8  # response.create events queued behind a lane's running one; past it, an error
@@ -43,6 +43,12 @@ class Lane:
     awaiting: str | None = None  # the response waiting for tool output, whose continuation takes the steers
     stubs: list[dict[str, str]] = field(default_factory=list)  # the tool outputs it waits for
     steerable: bool = True  # the running response is not bound to a conversation nor compacted automatically
+    continues: str | None = None  # the previous_response_id of the response being prepared or run
+
+    @property
+    def idle(self) -> bool:
+        """Nothing runs, waits or is queued for steering here: the lane can go, and come back on its next event."""
+        return not self.waiting and self.running is None and not self.steers and self.awaiting is None
 
     def steered(self, response_id: str) -> bool:
         """Steering for `response_id` goes to this lane: it runs it, or it waits for that response's tool output."""
@@ -66,7 +72,7 @@ class SocketSession:
 
     context: ServingContext
     send: Send
-    responses: dict[str, StoredResponse] = field(default_factory=dict)  # made on this connection, by id
+    responses: ConnectionResponses = field(default_factory=ConnectionResponses)  # made on it, by id (some kept)
     lanes: dict[str | None, Lane] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _steer_events: int = 0  # the sequence numbers of the connection's response.steer.* events
@@ -137,6 +143,8 @@ class SocketSession:
                 await self._run(lane, event)
             except Exception as exc:  # the connection is gone: the run was closed (its engine request aborted)
                 logger.info("a WebSocket response ended early: %s", exc or type(exc).__name__)
+            if lane.idle and self.lanes.get(lane.stream_id) is lane:
+                del self.lanes[lane.stream_id]
 
     async def _run(self, lane: Lane, event: dict[str, Any], steers: list[Steer] | None = None) -> None:
         """Prepare and stream one response; then start the successor its steering asks for. `steers`: those the
@@ -146,10 +154,13 @@ class SocketSession:
         if queued:  # the explicit continuation of a response that waited for tool output: steering input first
             steering_input = [item for steer in queued for item in steer.items]
             event = {**event, "input": steering_input + _as_items(event.get("input"))}
+        previous = event.get("previous_response_id")
+        lane.continues = previous if isinstance(previous, str) else None  # kept while it is read and run
         try:
             body, generate = create_request(event)
             stored = await prepare_stored_run(self.context, body, self.responses, generate)
         except Exception as exc:  # answered as HTTP would (a 4xx names the field); the socket stays open
+            lane.continues = None
             if steers:
                 return await self._steers_failed(lane, steers, "successor_creation_failed", api_error_of(exc).message)
             return await self.error(exc, lane)
@@ -165,7 +176,9 @@ class SocketSession:
                 WEBSOCKET_EVENTS.labels("out", sent.type).inc()
                 await self.send(lane.tagged(data))
         finally:
-            lane.running = None
+            lane.running, lane.continues = None, None
+        self.responses.ended(lane.stream_id, stored.response_id,
+                             [other.continues for other in self.lanes.values() if other.continues])
         await self._after(lane, stored, event)
 
     async def _after(self, lane: Lane, stored: StoredRun, event: dict[str, Any]) -> None:
