@@ -46,6 +46,9 @@ class ScriptedEngine:
         self.prefilled.append(request)
         return Prefilled(len(request.prompt_token_ids))
 
+    async def prompt_length(self, request: EngineRequest) -> int:
+        return len(request.prompt_token_ids)  # scripts carry their own prompt_tokens; this engine expands nothing
+
     async def shutdown(self) -> None:
         return None
 

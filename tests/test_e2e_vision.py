@@ -95,6 +95,18 @@ def test_an_image_in_a_tool_output_continues_the_tool_loop(vlm: RunningServer) -
     assert read_recordings(vlm.log.parent / "engine.jsonl")[-1].images == [[24, 24]]
 
 
+def test_the_input_token_count_counts_each_image_as_the_engine_runs_it(vlm: RunningServer) -> None:
+    """`POST /v1/responses/input_tokens` gives the `usage.input_tokens` the same request reports, images and all."""
+    content = [{"type": "input_text", "text": "Compare these."}, {"type": "input_image", "image_url": png(40, 30)},
+               {"type": "input_image", "image_url": HEART}]
+    body = {"model": "tiny-vlm", "input": [{"role": "user", "content": content}]}
+    counted = vlm.client.responses.input_tokens.count(**body)  # type: ignore[arg-type]
+    answered = vlm.client.responses.create(**body, temperature=0)  # type: ignore[arg-type]
+    assert answered.usage is not None and counted.input_tokens == answered.usage.input_tokens
+    again = vlm.client.responses.create(**body, temperature=0)  # type: ignore[arg-type]
+    assert again.usage is not None and again.usage.input_tokens == counted.input_tokens  # counting left no trace
+
+
 def test_detail_low_sends_the_engine_at_most_512_pixels_a_side(vlm: RunningServer) -> None:
     wide = png(1200, 600)
     response = _ask(vlm, {"type": "input_text", "text": "What is it?"},

@@ -91,6 +91,9 @@ class RecordingEngine:
         """Not recorded: a recording is one generation, and a replay has nothing to compute."""
         return await self.inner.prefill(request)
 
+    async def prompt_length(self, request: EngineRequest) -> int:
+        return await self.inner.prompt_length(request)
+
     async def shutdown(self) -> None:
         await self.inner.shutdown()
 
@@ -124,6 +127,9 @@ class ReplayEngine:
     async def prefill(self, request: EngineRequest) -> Prefilled:
         """Nothing to compute: recorded output needs no cache, and no recording is used up."""
         return Prefilled(len(request.prompt_token_ids))
+
+    async def prompt_length(self, request: EngineRequest) -> int:
+        return len(request.prompt_token_ids)  # a replay reads text only
 
     async def shutdown(self) -> None:
         return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import socket
+import time
 from contextlib import aclosing
 from dataclasses import replace
 from typing import Any, AsyncIterator, Callable
@@ -104,14 +105,9 @@ class VllmEngine:
                                              disable_log_stats=arguments.disable_log_stats))
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
-        from vllm.inputs import TokensPrompt
-
         params = _sampling_params(request)
-        prompt = TokensPrompt(prompt_token_ids=request.prompt_token_ids)
-        if request.images:  # vLLM's processor for the model expands each placeholder into the image's tokens
-            prompt["multi_modal_data"] = {"image": list(request.images)}
         first = True
-        async for output in self._llm.generate(prompt, params, request.request_id):
+        async for output in self._llm.generate(_prompt(request), params, request.request_id):
             completion = output.outputs[0]
             finish = completion.finish_reason
             yield EngineStep(
@@ -132,8 +128,28 @@ class VllmEngine:
                 prompt_tokens, cached = step.prompt_tokens or prompt_tokens, max(cached, step.cached_tokens)
         return Prefilled(prompt_tokens, cached)
 
+    async def prompt_length(self, request: EngineRequest) -> int:
+        """Images are expanded by vLLM's processor for the model, as for generation, but past its cache: that cache
+        stands for what the engine core holds, and this prompt never reaches the engine core."""
+        if not request.images:
+            return len(request.prompt_token_ids)
+        processed = await self._llm.renderer.process_for_engine_async(_prompt(request), time.time(),
+                                                                      skip_mm_cache=True)
+        return len(processed["prompt_token_ids"])
+
     async def shutdown(self) -> None:
         self._llm.shutdown()
+
+
+def _prompt(request: EngineRequest) -> Any:
+    """vLLM's TokensPrompt for the request: its token ids, and its images for vLLM's processor for the model (which
+    expands each placeholder into the image's tokens)."""
+    from vllm.inputs import TokensPrompt
+
+    prompt = TokensPrompt(prompt_token_ids=request.prompt_token_ids)
+    if request.images:
+        prompt["multi_modal_data"] = {"image": list(request.images)}
+    return prompt
 
 
 def model_sampling_defaults(model: str) -> dict[str, float]:

@@ -64,7 +64,8 @@ async def input_token_count(context: ServingContext, body: ResponsesRequest) -> 
     """The `usage.input_tokens` a response to `body` would report: its run is prepared, not started."""
     conversation = await conversation_of(context, body)
     run = prepare_run(context, conversation, body, await images_fetched(context, conversation, body))
-    return len(run.request.prompt_token_ids)
+    engine, _ = context.started()
+    return await engine.prompt_length(run.request)
 
 
 @dataclass
