@@ -2,7 +2,7 @@
 and raw AsyncLLM, in one run on one machine, with the same model, engine flags and chat-template prompts.
 
     .venv/bin/python bench/serving.py [--streams 1,8,32,64] [--rounds 6] [--max-tokens 64] [--wave-tokens 512]
-        [--out bench/results]
+        [--versus vllm|ours] [--out bench/results]
 
 The three systems run side by side (each with half the usual KV cache) in alternating rounds: in each round, at
 each concurrency, one wave on ours, one on vLLM's server, one on raw AsyncLLM (over six rounds, each system runs
@@ -14,7 +14,8 @@ and the medians of the odd and of the even rounds). Then a multi-turn agent work
 (previous_response_id, and stateless resend of the whole conversation), with the prefix-cache hit ratio of each
 turn; render stability across those turns (bench/render_stability.py); the frontend's ceiling on an engine that
 costs nothing (bench/ceiling.py); and the per-token cost of our parser, builder and SSE pipeline on one core.
-Writes serving.json and serving.png (matplotlib) in --out.
+Writes serving.json and serving.png (matplotlib) in --out. With --versus ours, the second HTTP server is another
+instance of ours (an A/A control): its ratios are what this machine alone does to two identical servers.
 """
 
 from __future__ import annotations
@@ -141,7 +142,10 @@ async def responses_stream(client: httpx.AsyncClient, url: str, model: str, n: i
     return (first or time.perf_counter()) - started, tokens if tokens is not None else deltas
 
 
-SYSTEMS = ("ours", "vllm", "raw")
+SYSTEMS = ("ours", "vllm", "raw")  # "vllm" is the second HTTP server: vLLM's, or with --versus ours, ours again
+# What the second HTTP server is: vLLM's own, or another instance of ours (an A/A control: identical servers, so
+# its ratios show how far this machine alone moves two servers apart).
+SECOND = {"vllm": "vLLM's /v1/responses", "ours": "ours again (A/A)"}
 # The order of the systems in each round, cycling: over six rounds each system runs first, second and third twice,
 # and each runs before each other one three times (a Williams design), so a drift within a round (the machine slowing
 # or speeding up as a round goes on) weighs on the three alike. Rotating one order gave ours the last place in two
@@ -300,10 +304,12 @@ def agent_turns(port: int, model: str, turns: int, stateless: bool) -> list[dict
 # -- report -------------------------------------------------------------------------------------
 
 
-def table(summary: list[dict[str, Any]]) -> str:
-    lines = ["| streams | rounds | ours tok/s | vLLM's server tok/s | raw AsyncLLM tok/s | ours / vLLM's, median (low-high) "
-             "| ours / raw, median (low-high) | TTFT p50: ours / vLLM's / raw | API process CPU per token: ours / "
-             "vLLM's |", "|" + "---|" * 9]
+def table(summary: list[dict[str, Any]], versus: str = "vllm") -> str:
+    """The waves' summary as a Markdown table; `versus` names what the second HTTP server was (see SECOND)."""
+    second = SECOND[versus]
+    lines = [f"| streams | rounds | ours tok/s | {second} tok/s | raw AsyncLLM tok/s | ours / {second}, median (low-high) "
+             f"| ours / raw, median (low-high) | TTFT p50: ours / {second} / raw | API process CPU per token: ours / "
+             f"{second} |", "|" + "---|" * 9]
     for entry in summary:
         spread = {other: entry[f"ours/{other}"] for other in ("vllm", "raw")}
         lines.append(
@@ -315,13 +321,13 @@ def table(summary: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict[str, Any]], summary: list[dict[str, Any]], path: Path) -> None:
+def plot(rows: list[dict[str, Any]], summary: list[dict[str, Any]], path: Path, versus: str = "vllm") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = {"ours": "responses-server", "vllm": "vLLM's /v1/responses", "raw": "raw AsyncLLM"}
+    labels = {"ours": "responses-server", "vllm": SECOND[versus], "raw": "raw AsyncLLM"}
     streams = [entry["streams"] for entry in summary]
     figure, (throughput, ratio) = plt.subplots(1, 2, figsize=(11, 4.2))
     for system in SYSTEMS:
@@ -361,6 +367,9 @@ def main() -> None:
     options.add_argument("--wave-tokens", type=int, default=WAVE_TOKENS, help="a wave asking for fewer output "
                          "tokens than this (streams x max tokens) is repeated until it has asked for this many, the "
                          "systems taking turns")
+    options.add_argument("--versus", choices=sorted(SECOND), default="vllm", help="the second HTTP server in the "
+                         "waves: vLLM's built-in one, or another instance of ours (an A/A control: the ratios of two "
+                         "identical servers, the noise floor of this machine)")
     options.add_argument("--agent-turns", type=int, default=6)
     options.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     options.add_argument("--parts", default="waves,agent,stability,ceiling,pipeline",
@@ -381,11 +390,15 @@ def main() -> None:
                               "machine": {"cpus": os.cpu_count()}}
     parts = set(args.parts.split(","))
     if "waves" in parts:
-        print(f"[bench] {args.rounds} alternating rounds at {counts} streams: our server, vLLM's, raw AsyncLLM ...",
+        print(f"[bench] {args.rounds} alternating rounds at {counts} streams: our server, {SECOND[args.versus]}, raw "
+              "AsyncLLM ...",
               file=sys.stderr, flush=True)
         ours = [python, "-m", "server", "--port", "8701", "--store", "none", *WAVE_FLAGS]
         theirs = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--served-model-name",
                   name, "--port", "8702", *WAVE_FLAGS]
+        if args.versus == "ours":
+            theirs = [python, "-m", "server", "--port", "8702", "--store", "none", *WAVE_FLAGS]
+        report["versus"] = args.versus
         with Server(ours, 8701, args.out / "ours.log") as mine, Server(theirs, 8702, args.out / "vllm.log") as other:
             rows = asyncio.run(alternating_rounds({"ours": 8701, "vllm": 8702}, model_dir, name, counts, args.rounds,
                                                   args.max_tokens, {"ours": mine.process.pid,
@@ -414,8 +427,8 @@ def main() -> None:
     if "waves" in parts:
         report["rounds"] = rows
         report["ratios"] = ratios(rows, counts)
-        plot(rows, report["ratios"], args.out / "serving.png")
-        print(table(report["ratios"]))
+        plot(rows, report["ratios"], args.out / "serving.png", args.versus)
+        print(table(report["ratios"], args.versus))
     (args.out / "serving.json").write_text(json.dumps(report, indent=2) + "\n")
     for mode, agent_rows in report.get("agent", {}).items():
         print(f"\nagent, {mode}: " + ", ".join(
