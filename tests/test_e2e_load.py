@@ -19,6 +19,7 @@ from tests.validator import validate_events
 
 pytestmark = pytest.mark.e2e
 STORM, LOAD = 32, 64
+WANTED = 512  # output tokens each stream of the storm asks for
 PROMPT = "Write a short poem about the sea."
 
 
@@ -59,31 +60,42 @@ def ttfts(server: RunningServer, count: int, max_tokens: int = 16) -> list[float
     return asyncio.run(run())
 
 
+def engine_requests(server: RunningServer, state: str) -> float:
+    """vLLM's gauge of the engine's requests in `state` ("running" or "waiting"), from the server's /metrics."""
+    text = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=30).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(f"vllm:num_requests_{state}{{"))
+
+
 def test_a_storm_of_dropped_streams_leaves_the_engine_idle(server: RunningServer) -> None:
     ttfts(server, 1)  # warm
-    idle = statistics.median(ttfts(server, 3))
     recordings = Path(server.log.parent / "engine.jsonl")
     before = len(read_recordings(recordings))
 
-    async def storm() -> float:
+    async def storm() -> None:
         async with httpx.AsyncClient(timeout=300, limits=httpx.Limits(max_connections=STORM)) as client:
-            results = await asyncio.gather(*(stream(client, f"{server.base_url}/responses", 512, True)
+            results = await asyncio.gather(*(stream(client, f"{server.base_url}/responses", WANTED, True)
                                              for _ in range(STORM)))
         assert all(first is not None for first, _ in results)
-        return time.monotonic()
 
-    dropped_at = asyncio.run(storm())
-    deadline = dropped_at + 2.0  # every engine request aborted within 2 s of the last client leaving
+    asyncio.run(storm())
+    deadline = time.monotonic() + 300  # a bound for a loaded machine; the counts below are the test
     while time.monotonic() < deadline and len(read_recordings(recordings)) < before + STORM:
         time.sleep(0.05)
-    idle_after = time.monotonic() - dropped_at
     storm_lines = read_recordings(recordings)[before:]
-    assert len(storm_lines) == STORM, f"{len(storm_lines)} of {STORM} engine requests ended within 2 s"
-    assert all(r.finish_reason == "abort" and len(r.steps) < 512 for r in storm_lines)
-    recovered = statistics.median(ttfts(server, 3))
-    print(f"\ndisconnect storm: idle TTFT {idle:.3f}s, after the storm {recovered:.3f}s; "
-          f"all {STORM} engine requests aborted {idle_after:.2f}s after the last client left")
-    assert recovered <= 1.5 * idle + 0.25
+    assert len(storm_lines) == STORM, f"{len(storm_lines)} of {STORM} engine requests ended"
+    # each was aborted, long before the tokens it asked for: the client leaving cancelled it
+    assert all(r.finish_reason == "abort" for r in storm_lines), [r.finish_reason for r in storm_lines]
+    assert max(len(r.steps) for r in storm_lines) < WANTED // 4, [len(r.steps) for r in storm_lines]
+
+    async def after() -> list[dict[str, Any]]:
+        async with httpx.AsyncClient(timeout=300) as client:
+            return (await stream(client, f"{server.base_url}/responses", 16))[1]
+
+    assert validate_events(asyncio.run(after())).status in ("completed", "incomplete")  # served as before
+    # vLLM's gauges are set at each engine step (an abort makes none): the steps that answered the request above
+    # ran it alone, so none of the storm's requests was left in the engine
+    assert engine_requests(server, "running") <= 1 and engine_requests(server, "waiting") == 0
     log = server.log.read_text()
     assert "Traceback" not in log and log.count("cancelled after") >= STORM  # one info line each
 
