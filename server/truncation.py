@@ -88,6 +88,13 @@ def droppable_groups(items: list[Any]) -> list[list[int]]:
     return groups
 
 
+def check_expanded_fits(prompt_length: int, context_length: int) -> None:
+    """A 400 when the prompt as the engine runs it, each image placeholder grown into the image's tokens, leaves no
+    room for an answer: the renders above count a placeholder as its own tokens."""
+    if prompt_length >= context_length:
+        raise _too_long(prompt_length, context_length, " once its images are expanded")
+
+
 def _too_long(tokens: int, context_length: int, after: str) -> RequestError:
     return RequestError(f"The input is {tokens} tokens{after}; this model's context holds {context_length}, with room "
                     "for the answer. Shorten the input, or send truncation: 'auto' to drop the oldest items.",

@@ -114,3 +114,22 @@ def test_detail_low_sends_the_engine_at_most_512_pixels_a_side(vlm: RunningServe
                     {"type": "input_image", "image_url": wide, "detail": "high"})
     assert response.output and response.usage is not None
     assert read_recordings(vlm.log.parent / "engine.jsonl")[-1].images == [[512, 256], [1200, 600]]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_that_fits_only_before_its_images_are_expanded_is_a_400(vlm: RunningServer, stream: bool) -> None:
+    """The context is checked against the prompt as the engine runs it: each image placeholder grows into the
+    image's tokens, so 60 images of a few tokens each push a prompt that fits as text past the context."""
+    filler = "word " * 1700
+    images = [{"type": "input_image", "image_url": png(8 + n, 8)} for n in range(60)]
+    content = [{"type": "input_text", "text": filler}, *images]
+    body = {"model": "tiny-vlm", "input": [{"role": "user", "content": content}], "max_output_tokens": 16,
+            "stream": stream}
+    counted = vlm.client.responses.input_tokens.count(model="tiny-vlm", input=body["input"])  # type: ignore[arg-type]
+    assert counted.input_tokens > 2048  # as the engine would run it
+    reply = httpx.post(f"{vlm.base_url}/responses", json=body, timeout=300)
+    assert reply.status_code == 400, reply.text[:2000]
+    error = reply.json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["param"] == "input"
+    assert str(counted.input_tokens) in error["message"]
+    assert _ask(vlm, {"type": "input_text", "text": "Still there?"}).status in ("completed", "incomplete")

@@ -24,7 +24,7 @@ from server.runs.stored_run import ConversationLink, StoredRun
 from server.sealed_items import open_sealed_items, reasoning_sealer
 from server.serving import ServingContext
 from server.store.interface import StoredResponse
-from server.truncation import render_to_fit
+from server.truncation import check_expanded_fits, render_to_fit
 from streaming.builder import ResponseBuilder
 from streaming.outcome import Usage
 
@@ -44,6 +44,9 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
     conversation = await conversation_of(context, body, earlier)
     fetched = await images_fetched(context, conversation, body)
     run = prepare_run(context, conversation, body, fetched)
+    if run.request.images:
+        engine, _ = context.started()
+        check_expanded_fits(await engine.prompt_length(run.request), engine.max_model_len)
     run.generate = generate
     threshold = body.compact_threshold(context.started()[0].max_model_len)
     if threshold is not None and len(run.request.prompt_token_ids) > threshold:
