@@ -44,11 +44,11 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
     conversation = await conversation_of(context, body, earlier)
     fetched = await images_fetched(context, conversation, body)
     run = prepare_run(context, conversation, body, fetched)
+    engine, _ = context.started()
     if run.request.images:
-        engine, _ = context.started()
         check_expanded_fits(await engine.prompt_length(run.request), engine.max_model_len)
     run.generate = generate
-    threshold = body.compact_threshold(context.started()[0].max_model_len)
+    threshold = body.compact_threshold(engine.max_model_len)
     if threshold is not None and len(run.request.prompt_token_ids) > threshold:
         run.before = _compacting(context, conversation, body, fetched)
     run.slot = context.admission.admit()  # last: a request refused for any other reason takes no place
