@@ -65,7 +65,15 @@ class ItemEnded:
     phase: Literal["commentary", "final_answer"] | None = None
 
 
-Delta = Union[OutputText, Refusal, ReasoningText, ToolCallStarted, ToolCallArguments, ItemEnded]
+@dataclass(frozen=True)
+class MessagePhase:
+    """The open message's phase, known before it ends: a harmony header names its channel, so a preamble cut short
+    by the token limit is still `commentary`. The message stays open."""
+
+    phase: Literal["commentary", "final_answer"]
+
+
+Delta = Union[OutputText, Refusal, ReasoningText, ToolCallStarted, ToolCallArguments, ItemEnded, MessagePhase]
 
 def merge_adjacent(deltas: list[Delta]) -> list[Delta]:
     """Adjacent text pieces of the same kind joined, so per-token parsing does not multiply events."""

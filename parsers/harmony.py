@@ -10,6 +10,7 @@ from typing import Any, Literal, Sequence
 from parsers.deltas import (
     Delta,
     ItemEnded,
+    MessagePhase,
     OutputText,
     ReasoningText,
     ToolCallArguments,
@@ -22,12 +23,23 @@ FUNCTIONS_PREFIX = "functions."
 OpenKind = Literal["reasoning", "message", "preamble", "call", "custom"]  # preamble: a commentary message
 
 
+HARMONY_TOKENS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|return|>", "<|call|>")
+
+
 @dataclass(frozen=True)
 class HarmonyTokens:
-    """The special token ids that delimit harmony messages, resolved once per encoding."""
+    """The special token ids that delimit harmony messages, resolved once per encoding.
+
+    What the other special tokens mean in output: `<|endoftext|>` (one of gpt-oss's end ids, which vLLM stops on
+    and returns) ends the turn as `<|return|>` does; any other (`<|startoftext|>`, the reserved ones) is malformed
+    output. Inside a message body only its end tokens may come. None of them is ever text."""
 
     message: int  # `<|message|>`: the header is over, the body follows
     ends: frozenset[int]  # `<|end|>`, `<|call|>`, `<|return|>`: the message is over
+    structural: frozenset[int]  # HARMONY_TOKENS: what a header and a message's end are made of
+    end_of_text: int  # `<|endoftext|>`
+    return_: int  # `<|return|>`
+    first_special: int  # every special token's id is at least this; ordinary tokens' are below it
 
     @classmethod
     def of(cls, encoding: Any) -> HarmonyTokens:
@@ -35,7 +47,17 @@ class HarmonyTokens:
             (token_id,) = encoding.encode(text, allowed_special="all")
             return int(token_id)
 
-        return cls(message=token("<|message|>"), ends=frozenset(token(t) for t in ("<|end|>", "<|call|>", "<|return|>")))
+        specials = [token(t) for t in encoding.special_tokens_set]
+        return cls(message=token("<|message|>"), ends=frozenset(token(t) for t in ("<|end|>", "<|call|>", "<|return|>")),
+                   structural=frozenset(token(t) for t in HARMONY_TOKENS), end_of_text=token("<|endoftext|>"),
+                   return_=token("<|return|>"), first_special=min(specials), last_special=max(specials))
+
+    last_special: int  # the highest special token's id
+
+    def banned(self) -> tuple[int, ...]:
+        """The special tokens a model must never sample: all but harmony's own and `<|endoftext|>`."""
+        allowed = self.structural | {self.end_of_text}
+        return tuple(t for t in range(self.first_special, self.last_special + 1) if t not in allowed)
 
 
 @dataclass
@@ -81,12 +103,18 @@ class HarmonyParser:
         return merge_adjacent(deltas) if len(deltas) > 1 else deltas
 
     def finish(self) -> list[Delta]:
-        """An unfinished message stays open: the builder closes it (incomplete when the output was cut)."""
-        return []
+        """An unfinished message stays open: the builder closes it (incomplete when the output was cut), as the
+        preamble its header said it was."""
+        return [MessagePhase("commentary")] if self._open == "preamble" else []
 
     def _token(self, token_id: int) -> list[Delta]:
         parser, tokens = self._parser, self._tokens
         assert tokens is not None
+        if token_id >= tokens.first_special:
+            admitted = self._admitted(token_id, self._in_body)
+            if admitted is None:
+                return []
+            token_id = admitted
         try:
             parser.process(token_id)
         except self._harmony_error as exc:
@@ -107,6 +135,18 @@ class HarmonyParser:
             self._in_body = True
             return self._open_message(parser.current_channel, parser.current_recipient)
         return []
+
+    def _admitted(self, special: int, in_body: bool) -> int | None:
+        """The token to parse for a special token (see HarmonyTokens), or None: skip it (`error` says if it is
+        malformed)."""
+        tokens = self._tokens
+        assert tokens is not None
+        if special in (tokens.ends if in_body else tokens.structural):
+            return special
+        if special != tokens.end_of_text:
+            self.error = f"the model's output is not valid harmony: special token {special} where it has no place"
+            return None
+        return tokens.return_ if in_body else None  # the turn ends, in a message as <|return|> ends it
 
     def _open_message(self, channel: str | None, recipient: str | None) -> list[Delta]:
         if self._open is not None:  # a second header before the first message ended

@@ -42,6 +42,7 @@ from openai.types.responses.response import IncompleteDetails
 from parsers.deltas import (
     Delta,
     ItemEnded,
+    MessagePhase,
     OutputText,
     ReasoningText,
     Refusal,
@@ -245,6 +246,10 @@ class ResponseBuilder:
         if isinstance(delta, ItemEnded):
             self._state.pending_whitespace.clear()
             return self._close_open_item("completed", phase=delta.phase)
+        if isinstance(delta, MessagePhase):
+            if self._state.open_item is not None and self._state.open_item.kind == "message":
+                self._state.open_item.phase = delta.phase
+            return []
         return self._text(delta)
 
     def _text(self, delta: OutputText | Refusal | ReasoningText) -> list[ResponseStreamEvent]:

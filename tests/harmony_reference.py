@@ -21,6 +21,12 @@ class ReferenceHarmonyParser(HarmonyParser):
         from openai_harmony import HarmonyError, StreamState
 
         parser = self._parser
+        assert self._tokens is not None
+        if token_id >= self._tokens.first_special:  # the same rule for special tokens
+            admitted = self._admitted(token_id, parser.state == StreamState.CONTENT)
+            if admitted is None:
+                return []
+            token_id = admitted
         was_analysis = parser.current_channel == "analysis"
         try:
             parser.process(token_id)

@@ -403,3 +403,63 @@ def test_a_reasoning_summary_asked_for_is_the_analysis_streamed_as_summary(harmo
     events = stream(harmony, tools=TOOLS, reasoning={"summary": "concise"})
     validate_events(events)
     assert any(event["type"] == "response.reasoning_summary_part.done" for event in events)
+
+
+# -- found by running the tiny gpt-oss on the real engine (tests/test_e2e_gpt_oss.py) ----------------------------------
+
+def _special(text: str) -> int:
+    (token_id,) = harmony_encoding().encode(text, allowed_special="all")
+    return token_id
+
+
+def test_store_false_is_echoed_as_false(harmony: Harness) -> None:
+    harmony.play(steps_from_tokens(REASONING_THEN_FINAL, cuts=[]))
+    assert stream(harmony, store=False)[-1]["response"]["store"] is False
+    harmony.play(steps_from_tokens(REASONING_THEN_FINAL, cuts=[]))
+    assert stream(harmony)[-1]["response"]["store"] is True
+
+
+def test_a_preamble_cut_by_the_token_limit_is_still_commentary(harmony: Harness) -> None:
+    preamble = completion(("commentary", None, "Let me look up the weather for both cities first."))
+    events = every_step_size(harmony, preamble[:-4], finish="length", tools=TOOLS)
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.incomplete"
+    assert [(item["type"], item["status"], item["phase"]) for item in final["output"]] == [
+        ("message", "incomplete", "commentary")]
+
+
+@pytest.mark.parametrize("end", ["<|endoftext|>", "<|return|>"])
+def test_an_end_of_text_token_ends_the_turn_and_is_never_text(harmony: Harness, end: str) -> None:
+    """gpt-oss's generation_config lists <|endoftext|> among its end ids: vLLM stops on it and returns it."""
+    answer = completion(("final", None, '{"city": "Paris"}'))[:-1] + [_special(end)]
+    final = every_step_size(harmony, answer)[-1]["response"]
+    assert final["status"] == "completed"
+    assert final["output"][-1]["content"][0]["text"] == '{"city": "Paris"}'
+    call = completion(("commentary", "functions.get_weather", '{"city": "Rome"}'), end=CALL)[:-1] + [_special(end)]
+    final = every_step_size(harmony, call, tools=TOOLS)[-1]["response"]
+    assert [(item["type"], item["status"], item["arguments"]) for item in final["output"]] == [
+        ("function_call", "completed", '{"city": "Rome"}')]
+
+
+@pytest.mark.parametrize("token", ["<|reserved_200013|>", "<|startoftext|>", "<|reserved_201000|>", "<|start|>"])
+def test_a_reserved_token_inside_a_message_is_never_text(harmony: Harness, token: str) -> None:
+    tokens = completion(("final", None, "The answer is"))[:-1] + [_special(token)] + _body_tokens(" Paris.")
+    events = every_step_size(harmony, tokens, same_usage=False)
+    final = events[-1]["response"]
+    assert events[-1]["type"] == "response.failed"
+    assert token not in json.dumps(events)
+    assert final["output"][-1]["content"][0]["text"] == "The answer is"
+
+
+def _body_tokens(text: str) -> list[int]:
+    return list(harmony_encoding().encode(text, disallowed_special=()))
+
+
+def test_reserved_tokens_are_banned_from_sampling(harmony: Harness) -> None:
+    harmony.play(steps_from_tokens(REASONING_THEN_FINAL, cuts=[]))
+    stream(harmony)
+    banned = set(harmony.engine.requests[-1].sampling.banned_token_ids)
+    allowed = {_special(t) for t in ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>",
+                                      "<|return|>", "<|call|>", "<|endoftext|>")}
+    assert {_special("<|reserved_200013|>"), _special("<|startoftext|>"), 201087} <= banned
+    assert not banned & allowed and all(token_id >= 199998 for token_id in banned)

@@ -17,7 +17,8 @@ from tests.harmony_reference import ReferenceHarmonyParser
 
 TOOLS = ToolTable((ToolSpec("get_weather"), ToolSpec("apply_patch", kind="custom"),
                    ToolSpec("exec", namespace="shell")))
-SPECIAL = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"]
+SPECIAL = ["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>",
+           "<|endoftext|>", "<|reserved_200013|>"]
 _TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
 
 

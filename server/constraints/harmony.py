@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from parsers.harmony import FUNCTIONS_PREFIX
+from parsers.harmony import FUNCTIONS_PREFIX, HARMONY_TOKENS
 from server.constraints.chat import Format, call_budget, grammar_format
 from server.constraints.rules import OutputRules
 
-SPECIAL_TOKENS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|return|>", "<|call|>")
+SPECIAL_TOKENS = HARMONY_TOKENS  # kept out of free text
 
 
 def harmony_structural_tag(rules: OutputRules, token_id: Callable[[str], int]) -> str | None:

@@ -26,6 +26,7 @@ class SamplingSettings:
     frequency_penalty: float | None = None
     logprobs: int | None = None  # None: not requested; k: the chosen token plus k alternatives
     stop_token_ids: tuple[int, ...] = ()
+    banned_token_ids: tuple[int, ...] = ()  # never sampled (ids past the model's vocabulary are ignored)
     structural_tag: str | None = None  # an xgrammar structural tag (JSON) the output must follow
 
 

@@ -11,6 +11,7 @@ import socket
 import time
 from contextlib import aclosing
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any, AsyncIterator, Callable
 
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, EngineStep, Prefilled, StepLogprob
@@ -75,6 +76,7 @@ class VllmEngine:
         self._llm = llm
         self.tokenizer = llm.get_tokenizer()
         self.max_model_len: int = llm.model_config.max_model_len
+        self.vocab_size: int = llm.model_config.get_vocab_size()
         self.model_type: str | None = getattr(llm.model_config.hf_config, "model_type", None)
         # What `vllm serve --generation-config auto` applies to requests that leave these out.
         self.sampling_defaults = _sampling_defaults(llm.model_config.get_diff_sampling_param())
@@ -105,7 +107,7 @@ class VllmEngine:
                                              disable_log_stats=arguments.disable_log_stats))
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
-        params = _sampling_params(request)
+        params = _sampling_params(request, self.vocab_size)
         first = True
         async for output in self._llm.generate(_prompt(request), params, request.request_id):
             completion = output.outputs[0]
@@ -182,7 +184,7 @@ def _sampling_defaults(values: dict[str, Any]) -> dict[str, float]:
     return {key: values[key] for key in SAMPLING_DEFAULT_KEYS if values.get(key) is not None}
 
 
-def _sampling_params(request: EngineRequest) -> Any:
+def _sampling_params(request: EngineRequest, vocab_size: int) -> Any:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -198,11 +200,19 @@ def _sampling_params(request: EngineRequest) -> Any:
             options[key] = getattr(sampling, key)
     if sampling.stop_token_ids:
         options["stop_token_ids"] = list(sampling.stop_token_ids)
+    if sampling.banned_token_ids:
+        options["logit_bias"] = _banned(sampling.banned_token_ids, vocab_size)
     if sampling.structural_tag is not None:
         from vllm.sampling_params import StructuredOutputsParams
 
         options["structured_outputs"] = StructuredOutputsParams(structural_tag=sampling.structural_tag)
     return SamplingParams(**options)
+
+
+@lru_cache(maxsize=8)
+def _banned(token_ids: tuple[int, ...], vocab_size: int) -> dict[int, float]:
+    """vLLM's logit_bias that bans `token_ids` (its lowest bias, -100, is past any logit a model writes)."""
+    return {token_id: -100.0 for token_id in token_ids if token_id < vocab_size}
 
 
 def _step_logprobs(token_ids: Any, logprobs: Any, top_k: int) -> list[StepLogprob]:

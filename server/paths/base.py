@@ -20,6 +20,7 @@ class RenderedPrompt:
     text: str
     tools: ToolTable | None
     stop_token_ids: tuple[int, ...] = ()
+    banned_token_ids: tuple[int, ...] = ()  # special tokens the model must never sample
     images: tuple[ContentPart, ...] = ()  # the image parts behind the prompt's image placeholders, in order
 
 

@@ -7,7 +7,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from parsers.harmony import FUNCTIONS_PREFIX, HarmonyParser
+from parsers.harmony import FUNCTIONS_PREFIX, HarmonyParser, HarmonyTokens
 from parsers.tools import ToolTable
 from server.config import ServerConfig
 from server.constraints.harmony import harmony_structural_tag
@@ -46,6 +46,9 @@ class HarmonyPath:
         self._encoding = harmony_encoding()
         self._today = today
         self._stop_tokens = tuple(self._encoding.stop_tokens_for_assistant_actions())
+        # Reserved harmony tokens are not special to xgrammar (gpt-oss's tokenizer does not list them as such), so a
+        # grammar's free text or JSON string could take one; they are banned from sampling instead.
+        self._banned_tokens = HarmonyTokens.of(self._encoding).banned()
 
     def render(self, request: ResponsesRequest) -> RenderedPrompt:
         from openai_harmony import RenderConversationConfig, Role
@@ -56,7 +59,7 @@ class HarmonyPath:
         token_ids = self._encoding.render_conversation_for_completion(
             conversation, Role.ASSISTANT, config=RenderConversationConfig(auto_drop_analysis=True))
         return RenderedPrompt(token_ids=list(token_ids), text="", tools=table,
-                              stop_token_ids=self._stop_tokens)
+                              stop_token_ids=self._stop_tokens, banned_token_ids=self._banned_tokens)
 
     def structural_tag(self, rules: OutputRules) -> str | None:
         return harmony_structural_tag(rules, self._special_token)

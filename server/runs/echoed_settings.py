@@ -17,6 +17,8 @@ _ECHOED = (
     "instructions", "tool_choice", "parallel_tool_calls", "metadata", "previous_response_id", "truncation", "store",
     "background", "user", "safety_identifier", "prompt_cache_key", "top_logprobs", "max_tool_calls",
 )
+# Fields the Open Responses spec echoes that the SDK's Response type lacks, with the type the spec gives them.
+_BEYOND_THE_SDK: dict[str, type] = {"store": bool}
 _NEUTRAL = {"temperature": 1.0, "top_p": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
 
 
@@ -79,7 +81,7 @@ def _text(text: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def _fits(field: str, value: Any) -> bool:
     if field not in Response.model_fields:
-        return False
+        return isinstance(value, _BEYOND_THE_SDK.get(field, ()))
     try:
         _adapter(field).validate_python(value)
         return True

@@ -179,6 +179,7 @@ def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: R
     sampling = SamplingSettings(
         max_tokens=max_tokens,
         stop_token_ids=rendered.stop_token_ids,
+        banned_token_ids=rendered.banned_token_ids,
         logprobs=logprobs,
         structural_tag=path.structural_tag(rules),
         **sampling_values(body, engine.sampling_defaults),
