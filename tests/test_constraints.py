@@ -8,6 +8,7 @@ the syntax the streaming parsers read.
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from typing import Any
 
@@ -238,7 +239,7 @@ def test_a_parser_without_a_grammar_is_a_400_only_when_a_grammar_is_needed() -> 
 # -- harmony structural tags, matched token by token over o200k_harmony -------------------------------------------
 
 @lru_cache(maxsize=1)
-def _harmony_compiler() -> xgrammar.GrammarCompiler:
+def _harmony_tokenizer_info() -> xgrammar.TokenizerInfo:
     encoding = harmony_encoding()
     vocab_size = 201088
     vocab = []
@@ -248,8 +249,12 @@ def _harmony_compiler() -> xgrammar.GrammarCompiler:
         except Exception:  # reserved ids have no text
             vocab.append(b"")
     stops = list(encoding.stop_tokens_for_assistant_actions())
-    info = xgrammar.TokenizerInfo(vocab, xgrammar.VocabType.RAW, vocab_size=vocab_size, stop_token_ids=stops)
-    return xgrammar.GrammarCompiler(info)
+    return xgrammar.TokenizerInfo(vocab, xgrammar.VocabType.RAW, vocab_size=vocab_size, stop_token_ids=stops)
+
+
+@lru_cache(maxsize=1)
+def _harmony_compiler() -> xgrammar.GrammarCompiler:
+    return xgrammar.GrammarCompiler(_harmony_tokenizer_info())
 
 
 def harmony_accepts(tag: str, token_ids: list[int]) -> bool:
@@ -345,3 +350,55 @@ def test_a_harmony_calls_arguments_close_within_the_output_budget(budget: int) -
     accepted = next((n for n, token_id in enumerate(tokens) if not matcher.accept_token(token_id)), len(tokens))
     assert accepted < len(tokens), "a string argument with no end is cut by the grammar"
     assert accepted <= budget
+
+
+# -- xgrammar's cache across grammars, as vLLM configures it for gpt-oss ----------------------------------------------
+
+def _vllm_compiler(cache_mb: int) -> xgrammar.GrammarCompiler:
+    """A compiler as vLLM's xgrammar backend makes one (cache on, its size from VLLM_XGRAMMAR_CACHE_MB)."""
+    info = _harmony_tokenizer_info()
+    return xgrammar.GrammarCompiler(info, max_threads=8, cache_enabled=True, cache_limit_bytes=cache_mb * 1024 * 1024)
+
+
+def _specials_allowed_after(compiler: xgrammar.GrammarCompiler, tag: str, prefix: str) -> set[int]:
+    matcher = xgrammar.GrammarMatcher(compiler.compile_structural_tag(tag))
+    assert all(matcher.accept_token(t) for t in harmony_encoding().encode(prefix, allowed_special="all"))
+    bitmask = xgrammar.allocate_token_bitmask(1, 201088)
+    matcher.fill_next_token_bitmask(bitmask)
+    return {t for t in range(199998, 201088) if (int(bitmask[0, t // 32]) >> (t % 32)) & 1}
+
+
+_CALL_HEADER = "<|channel|>commentary to=functions.get_weather "
+_ANSWER_HEADER = "<|channel|>final"
+
+
+def _json_then_call(compiler: xgrammar.GrammarCompiler, order: tuple[str, str]) -> dict[str, set[int]]:
+    """What each of a JSON answer's and a required call's grammars allows after its header, compiled in `order`."""
+    path = HarmonyPath(ServerConfig(served_model_name="gpt-oss"))
+    tags = {"json": (path.structural_tag(_rules(text={"format": {"type": "json_schema", "name": "c",
+                                                                  "schema": CITY}})), _ANSWER_HEADER),
+            "call": (path.structural_tag(_rules(tools=[WEATHER], tool_choice="required")), _CALL_HEADER)}
+    return {name: _specials_allowed_after(compiler, *tags[name]) for name in order}
+
+
+def _token(text: str) -> int:
+    return harmony_encoding().encode(text, allowed_special="all")[0]
+
+
+@pytest.mark.parametrize("order", [("json", "call"), ("call", "json")], ids=["json first", "call first"])
+def test_harmony_grammars_keep_their_token_masks_under_the_servers_grammar_cache(
+        order: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool call after a JSON answer failed on the real engine ('grammar rejected tokens [200008]')."""
+    from server.engine.vllm_engine import GRAMMAR_CACHE_VARIABLE, avoid_grammar_cache_collisions
+
+    monkeypatch.delenv(GRAMMAR_CACHE_VARIABLE, raising=False)
+    avoid_grammar_cache_collisions()  # as the server sets up vLLM for a gpt-oss model
+    allowed = _json_then_call(_vllm_compiler(int(os.environ[GRAMMAR_CACHE_VARIABLE])), order)
+    assert allowed == {"json": {_token("<|message|>")}, "call": {_token("<|constrain|>")}}
+
+
+def test_xgrammars_cache_still_mistakes_one_token_for_another() -> None:
+    """Why the server turns the cache off for gpt-oss: with vLLM's default cache (512 MB) the second grammar gets the
+    first one's mask. When this fails, xgrammar has fixed it: drop avoid_grammar_cache_collisions."""
+    allowed = _json_then_call(_vllm_compiler(512), ("json", "call"))
+    assert allowed["call"] == {_token("<|message|>")}

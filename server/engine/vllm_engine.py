@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import time
 from contextlib import aclosing
@@ -59,7 +60,26 @@ def engine_args(args: argparse.Namespace) -> Any:
     for name in _PLATFORM_DEPENDENT:
         if getattr(args, name) is None:
             setattr(args, name, defaults[name])
-    return AsyncEngineArgs.from_cli_args(args)
+    arguments = AsyncEngineArgs.from_cli_args(args)
+    if getattr(args, "harmony", False) or arguments.create_model_config().hf_config.model_type == "gpt_oss":
+        avoid_grammar_cache_collisions()
+    return arguments
+
+
+# xgrammar 0.2.8's cache of token masks across grammars hashes a grammar's `token` element without its token id: a
+# second structural tag whose rule differs from a cached one only in a token id gets the cached rule's mask (a call's
+# `<|constrain|>` masked as `<|message|>`), and vLLM ends the request ("grammar rejected tokens"). Harmony's grammars
+# are made of such tokens; the chat-template path's are made of strings. tests/test_constraints.py shows the
+# collision on xgrammar alone; bench/grammar_cache.py measures what turning the cache off costs.
+GRAMMAR_CACHE_VARIABLE = "VLLM_XGRAMMAR_CACHE_MB"
+
+
+def avoid_grammar_cache_collisions() -> None:
+    """Turn vLLM's xgrammar cache off (before the engine core starts), unless the user set its size."""
+    if GRAMMAR_CACHE_VARIABLE not in os.environ:
+        logger.info("gpt-oss: xgrammar's grammar cache is off (%s=0), see avoid_grammar_cache_collisions",
+                    GRAMMAR_CACHE_VARIABLE)
+        os.environ[GRAMMAR_CACHE_VARIABLE] = "0"
 
 
 def load_tokenizer(name: str, **kwargs: Any) -> Any:
