@@ -59,7 +59,7 @@ JSON_CASES = [
     ("escapes in strings", '{"name": "Pa\\"ris\\"\\nline", "population": 1, "area": 1}', True),
     ("properties out of the schema's order", '{"population": 1, "name": "P", "area": 1}', False),
     ("free whitespace", '{ "name": "P", "population": 1, "area": 1}', False),
-    ("compact separators", '{"name":"P","population":1,"area":1}', False),
+    ("compact separators (gpt-oss writes JSON so)", '{"name":"P","population":1,"area":1}', True),
     ("a missing required property", '{"name": "P", "population": 1}', False),
     ("16 integer digits", '{"name": "P", "population": 1234567890123456, "area": 1}', True),
     ("17 integer digits", '{"name": "P", "population": 12345678901234567, "area": 1}', False),
@@ -402,3 +402,23 @@ def test_xgrammars_cache_still_mistakes_one_token_for_another() -> None:
     first one's mask. When this fails, xgrammar has fixed it: drop avoid_grammar_cache_collisions."""
     allowed = _json_then_call(_vllm_compiler(512), ("json", "call"))
     assert allowed["call"] == {_token("<|message|>")}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('{"name":"Paris","population":2,"area":1.5}', True),  # compact, as gpt-oss writes JSON
+    ('{"name": "Paris", "population": 2, "area": 1.5}', True),  # spaced, as most chat models write it
+    ('{"name":"Paris", "population": 2,"area":1.5}', True),
+    ('{"name" : "Paris", "population": 2, "area": 1.5}', False),  # no other whitespace
+    ('{"name":  "Paris", "population": 2, "area": 1.5}', False),
+    ('{ "name": "Paris", "population": 2, "area": 1.5}', False),
+], ids=["compact", "spaced", "mixed", "space before a colon", "two spaces", "space after a brace"])
+def test_json_separators_are_compact_or_spaced(text: str, expected: bool) -> None:
+    grammar = xgrammar.Grammar.from_ebnf(json_grammar(CITY, budget=512))
+    assert accepts(grammar, text) is expected
+
+
+def test_a_harmony_json_answer_may_be_compact() -> None:
+    tag = HarmonyPath(ServerConfig(served_model_name="gpt-oss")).structural_tag(
+        _rules(text={"format": {"type": "json_schema", "name": "c", "schema": CITY}}))
+    assert tag is not None
+    assert _harmony_run(tag, '<|channel|>final<|message|>{"name":"Paris","population":2,"area":1.5}<|return|>')

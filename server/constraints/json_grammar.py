@@ -2,7 +2,8 @@
 
 Three things let a small model run away inside JSON until `max_output_tokens`: free whitespace between tokens,
 numbers with no limit on their digits, and strings with no limit on their length. The grammar here has the
-fixed separators `", "` and `": "` (no free whitespace); at most 16 digits in a number's integer part and its
+separators `,` and `:` each with one optional space after it, as JSON is written compact (gpt-oss) or spaced (most
+chat models), and no other whitespace; at most 16 digits in a number's integer part and its
 fraction, and 3 in its exponent (a double carries 15 to 17 significant digits: more would be noise); and in a
 string whose schema sets no constraint of its own, at most STRING_SEGMENT characters between escapes and
 STRING_ESCAPES escapes (such as `\n`), so a code snippet of 256 lines fits but a loop must end.
@@ -33,6 +34,8 @@ STRING_ESCAPES = 256  # escapes (`\n`, `\"`, ...) in one string
 # It is replaced by plain-character segments between escapes, each a counted character class: a counted
 # alternation of characters and escapes would be as strict but costs xgrammar ~80 ms per token to mask.
 _BASIC_STRING = re.compile(r"^basic_string ::= .*$", re.MULTILINE)
+# xgrammar's separators `", "` and `": "` as grammar literals (a property name is a literal with escaped quotes).
+_SEPARATOR = re.compile(r'(?<=[ (])"([,:]) "(?=[ )])')
 _ESCAPE_BYTES = 6  # the longest escape, `\uXXXX`
 _CHAR_BYTES = 4  # the longest plain character, in UTF-8
 _ESCAPED_RUN = 64  # per escape allowed under a budget: the escape and the plain characters after it
@@ -95,4 +98,5 @@ def _grammar(schema_json: str, string_bytes: int) -> str:
         raise SchemaError(lines[-1] if lines else type(exc).__name__) from exc
     for unbounded, bounded in _BOUNDED_DIGITS:
         grammar = grammar.replace(unbounded, bounded)
+    grammar = _SEPARATOR.sub(lambda match: f'"{match[1]}" " "?', grammar)
     return _BASIC_STRING.sub(lambda _: string_rules_within(string_bytes), grammar, count=1)
