@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import pytest
 import uvicorn
 
-from tests.openresponses import SpecCheckingApp
+from conformance.openresponses import SpecCheckingApp
 
 
 @pytest.fixture(scope="session")

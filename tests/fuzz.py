@@ -26,7 +26,7 @@ from hypothesis.errors import Unsatisfiable
 from hypothesis import strategies as st
 
 from tests.sse import events_of, parse_frames, sse_lines
-from tests.validator import ContractViolation, validate_events
+from conformance.contract import ContractViolation, validate_events
 
 MODEL = "fuzz-model"
 

@@ -20,7 +20,7 @@ from parsers.deltas import (
 from streaming.builder import ResponseBuilder
 from streaming.outcome import Finished, Usage
 from tests.helpers import build_events, collapsed_types
-from tests.validator import ContractViolation, validate_events
+from conformance.contract import ContractViolation, validate_events
 
 START = ["response.created", "response.in_progress"]
 MESSAGE_OPEN = ["response.output_item.added", "response.content_part.added"]

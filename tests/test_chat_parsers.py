@@ -18,7 +18,7 @@ from parsers.tags import TagScanner
 from parsers.tools import ToolSpec, ToolTable
 from streaming.outcome import Finished
 from tests.helpers import build_events
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 TOOLS = ToolTable((ToolSpec("get_weather", parameter_types=(("city", "string"), ("days", "integer"))),
                    ToolSpec("apply_patch", kind="custom"), ToolSpec("read", namespace="fs")))

@@ -11,7 +11,7 @@ from server.compaction import SUMMARY_INSTRUCTION
 from server.sealing import Sealer
 from tests.test_server import MODEL, SEALER, Harness, harness  # noqa: F401  (the fixture)
 from tests.test_store import say
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 HISTORY = [{"role": "user", "content": "My cat is called Miso."},
            {"role": "assistant", "content": "A lovely name."},

@@ -19,9 +19,9 @@ from server.bundled_model import BUNDLED_MODEL_NAME
 from server.engine.recording import read_recordings
 from tests.conftest import free_port, run_codex
 from tests.helpers import collapsed_types, without_volatile
-from tests.openresponses import httpx_spec_hook
+from conformance.openresponses import httpx_spec_hook
 from tests.sse import events_of, parse_frames
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 pytestmark = pytest.mark.e2e
 MODEL = BUNDLED_MODEL_NAME

@@ -15,7 +15,7 @@ import pytest
 
 from server.engine.recording import read_recordings
 from tests.test_e2e import MODEL, RunningServer
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 pytestmark = pytest.mark.e2e
 STORM, LOAD = 32, 64

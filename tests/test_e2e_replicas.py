@@ -12,7 +12,7 @@ import pytest
 
 from tests.sse import events_of, parse_frames
 from tests.test_e2e import MODEL, RunningServer
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 pytestmark = pytest.mark.e2e
 COUNT = {"input": "Count from 1 to 300, separated by commas.", "temperature": 0}

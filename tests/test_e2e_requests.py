@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from server.engine.recording import read_recordings
 from tests.test_e2e import MODEL, RunningServer
-from tests.validator import validate_events
+from conformance.contract import validate_events
 from tests.sse import events_of, parse_frames
 
 pytestmark = pytest.mark.e2e

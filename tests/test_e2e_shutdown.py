@@ -18,7 +18,7 @@ import pytest
 from server.http.graceful import SHUTDOWN_REASON
 from server.store.sqlite import SqliteStore
 from tests.test_e2e import MODEL, RunningServer
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 pytestmark = pytest.mark.e2e
 # Greedy, the bundled model writes this story until max_output_tokens stops it (counting "to 2000" stopped at 20,

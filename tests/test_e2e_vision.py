@@ -16,7 +16,7 @@ from PIL import Image
 from server.engine.recording import read_recordings
 from tests.test_e2e import RunningServer
 from tests.tiny_vlm import IMAGE_SEQ_LEN, build_tiny_vlm
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 pytestmark = pytest.mark.e2e
 CAP = 48

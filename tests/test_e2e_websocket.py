@@ -16,7 +16,7 @@ from openai import AsyncOpenAI, OpenAI
 from server.engine.recording import Recording, read_recordings
 from tests.test_e2e import MODEL, RunningServer
 from tests.test_websocket import SERVER_EVENT, Socket, checked
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 pytestmark = pytest.mark.e2e
 TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")

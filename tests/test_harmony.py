@@ -27,7 +27,7 @@ from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.test_constraints import harmony_accepts
 from tests.sse import events_of, parse_frames
 from tests.test_server import Harness
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 MODEL = "gpt-oss-test"
 RETURN, CALL = "<|return|>", "<|call|>"

@@ -24,7 +24,7 @@ from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.sse import events_of, parse_frames
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 MODEL = "vision-model"
 PLACEHOLDER = "<image>"

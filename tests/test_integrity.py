@@ -25,7 +25,7 @@ from tests.sse import events_of, parse_frames
 from tests.test_server import MODEL, Harness, answer_tokens
 from tests.test_store import say
 from tests.test_store_faults import FaultyStore
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 
 def serve(tokenizer: Any, store: Any = None, **config: Any) -> tuple[ScriptedEngine, Any, ServingContext]:

@@ -12,7 +12,7 @@ import pytest
 from tests.sse import events_of, parse_frames
 from tests.test_server import MODEL, Harness
 from tests.test_store import say, served, slow, wait_for_status
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 
 @pytest.fixture

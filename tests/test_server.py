@@ -22,7 +22,7 @@ from tests.conftest import serve_in_thread
 from tests.helpers import collapsed_types, without_volatile
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.sse import events_of, parse_frames
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 MODEL = "test-model"
 ANSWER = "The capital of France is Paris. Ça va? 日本 🎉"

@@ -17,7 +17,7 @@ from tests.conftest import serve_in_thread
 from tests.helpers import collapsed_types, without_volatile
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.test_server import MODEL, Harness
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 TOOLS = [
     {"type": "function", "name": "get_weather", "description": "Weather for a city",

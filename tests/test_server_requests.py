@@ -15,7 +15,7 @@ from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.test_server import MODEL, Harness
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather for a city", "strict": False,
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}

@@ -22,7 +22,7 @@ from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.sse import events_of, parse_frames
 from tests.test_server import MODEL, Harness
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 TOOLS = [{"type": "function", "name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}]

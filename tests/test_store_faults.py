@@ -23,13 +23,13 @@ from server.serving import ServingContext
 from server.store.interface import StoreUnavailable
 from server.store.sqlite import SqliteStore
 from tests.conftest import serve_in_thread
-from tests.openresponses import check_event
+from conformance.openresponses import check_event
 from tests.scripted_engine import ScriptedEngine
 from tests.sse import events_of, parse_frames
 from tests.test_replicas import first_events
 from tests.test_server import MODEL, Harness
 from tests.test_store import say, slow, wait_for_status
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 
 def serve(tokenizer: Any, store: Any, lease_seconds: float = 30.0) -> Any:

@@ -14,7 +14,7 @@ from server.paths import vllm_tool_parser
 from server.paths.chat_template import check_tool_call_parser, tool_parser_factory
 from streaming.outcome import Finished
 from tests.helpers import build_events
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 TOOLS = ToolTable((ToolSpec("get_weather", parameter_types=(("city", "string"),)),))
 OUTPUT = ('Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'

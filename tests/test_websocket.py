@@ -22,9 +22,9 @@ from server.serving import ServingContext
 from server.store.sqlite import SqliteStore
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
-from tests.openresponses import check_event
+from conformance.openresponses import check_event
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
-from tests.validator import validate_events
+from conformance.contract import validate_events
 from openai.types.responses import ResponsesServerEvent
 
 MODEL = "test-model"

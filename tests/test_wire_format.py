@@ -18,10 +18,10 @@ from streaming.outcome import Finished
 from streaming.response import DEFAULTS
 from tests.conftest import serve_in_thread
 from tests.helpers import build_events
-from tests.openresponses import check_response
+from conformance.openresponses import check_response
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.sse import events_of, parse_frames, sse_lines
-from tests.validator import validate_events
+from conformance.contract import validate_events
 
 MODEL = "test-model"
 CAP = 7

@@ -9,7 +9,7 @@ from typing import Any
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from tests.openresponses import check_event
+from conformance.openresponses import check_event
 
 _EVENT = TypeAdapter(ResponseStreamEvent)
 _TERMINAL = {"response.completed", "response.incomplete", "response.failed"}

@@ -1,5 +1,5 @@
 """Validation against the Open Responses specification (version 2026-04-24): every event and response, as a strict
-client generated from the spec's schema checks them. The schema's structure is in tests/data (no prose)."""
+client generated from the spec's schema checks them. The schema's structure is in conformance/data (no prose)."""
 
 from __future__ import annotations
 
