@@ -152,6 +152,11 @@ def data_dir() -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["check"]:  # `responses-server check URL`: the conformance scenarios against any endpoint
+        from conformance.check import main as check
+
+        sys.exit(check(argv[1:]))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -422,3 +422,36 @@ def test_a_harmony_json_answer_may_be_compact() -> None:
         _rules(text={"format": {"type": "json_schema", "name": "c", "schema": CITY}}))
     assert tag is not None
     assert _harmony_run(tag, '<|channel|>final<|message|>{"name":"Paris","population":2,"area":1.5}<|return|>')
+
+
+def test_harmony_reasoning_leaves_the_json_answer_its_budget() -> None:
+    """Analysis before a JSON answer is bounded: a random-weights gpt-oss reasoned until max_output_tokens."""
+    from server.constraints.harmony import EARLIER_MESSAGES, budget_shares
+
+    budget = 200
+    per_message, answer_bytes = budget_shares(budget)
+    assert per_message is not None and answer_bytes is not None
+    tag = HarmonyPath(ServerConfig(served_model_name="gpt-oss")).structural_tag(_budgeted(
+        budget, text={"format": {"type": "json_schema", "name": "c", "schema": CITY}}))
+    assert tag is not None
+    encoding = harmony_encoding()
+    word = encoding.encode(" think")  # one token
+
+    def analysis(tokens: int) -> list[int]:
+        return (encoding.encode("<|channel|>analysis<|message|>", allowed_special="all") + word * tokens
+                + encoding.encode("<|end|><|start|>assistant", allowed_special="all"))
+
+    answer = encoding.encode('<|channel|>final<|message|>{"name":"P","population":1,"area":1}<|return|>',
+                             allowed_special="all")
+    assert harmony_accepts(tag, analysis(per_message) + answer)
+    matcher = xgrammar.GrammarMatcher(_harmony_compiler().compile_structural_tag(tag))
+    for token_id in analysis(per_message)[:-3]:  # the body at its bound: the mask allows only the message's end
+        assert matcher.accept_token(token_id)
+    bitmask = xgrammar.allocate_token_bitmask(1, 201088)
+    matcher.fill_next_token_bitmask(bitmask)
+    allowed = [t for t in range(201088) if (int(bitmask[0, t // 32]) >> (t % 32)) & 1]
+    assert allowed == encoding.encode("<|end|>", allowed_special="all")
+    assert harmony_accepts(tag, analysis(3) * EARLIER_MESSAGES + answer)
+    assert not harmony_accepts(tag, analysis(3) * (EARLIER_MESSAGES + 1) + answer)
+    longest = EARLIER_MESSAGES * (per_message + 6) + answer_bytes + 4  # the answer's header and end
+    assert longest <= budget + 4, "reasoning at its bound still leaves the answer room within the budget"

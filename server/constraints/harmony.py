@@ -1,7 +1,7 @@
 """Structural tags for harmony (gpt-oss): reasoning stays free, the `final` channel or the call is constrained.
 
-One assistant turn is any number of `analysis` (or preamble `commentary`) messages, then the message that ends
-the turn: a `final` answer (its JSON when `text.format` asks for it) or a call
+One assistant turn is up to EARLIER_MESSAGES `analysis` (or preamble `commentary`) messages, each at most a quarter
+of the output budget in tokens (budget_shares), then the message that ends the turn, in the budget left: a `final` answer (its JSON when `text.format` asks for it) or a call
 `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}`. Harmony's special tokens are matched
 by id and kept out of free text, so free text cannot swallow a channel change. The engine stops at `<|return|>`
 or `<|call|>` once the grammar has ended.
@@ -17,6 +17,9 @@ from server.constraints.chat import Format, call_budget, grammar_format
 from server.constraints.rules import OutputRules
 
 SPECIAL_TOKENS = HARMONY_TOKENS  # kept out of free text
+# Analysis and preamble messages before the turn's last one, at most; a quarter of the output budget each.
+EARLIER_MESSAGES = 2
+MESSAGE_OVERHEAD = 6  # tokens around an earlier message's body: <|channel|>, its channel, <|message|>, <|end|>, ...
 
 
 def harmony_structural_tag(rules: OutputRules, token_id: Callable[[str], int]) -> str | None:
@@ -27,16 +30,35 @@ def harmony_structural_tag(rules: OutputRules, token_id: Callable[[str], int]) -
     if not rules.needs_grammar:
         return None
     ids = {name: token_id(name) for name in SPECIAL_TOKENS}
+    per_message, answer_budget = budget_shares(rules.answer_budget)
     text = _free_text()
     final = _sequence(_token(ids["<|channel|>"]), _text("final"), _token(ids["<|message|>"]),
-                      grammar_format(rules.answer_schema, rules.answer_budget) if rules.answer_schema is not None else text)
+                      grammar_format(rules.answer_schema, answer_budget) if rules.answer_schema is not None else text)
     endings = [] if rules.calls is not None and rules.calls.required else [final]
     if rules.calls is not None:
-        endings += [_call(ids, name, schema, rules.answer_budget) for name, schema in rules.calls.schemas.items()]
-    earlier = {"type": "star", "content": {"type": "or", "elements": [_message(ids, "analysis", text),
-                                                                      _message(ids, "commentary", text)]}}
+        endings += [_call(ids, name, schema, answer_budget) for name, schema in rules.calls.schemas.items()]
+    body = _free_tokens(ids, per_message)
+    message = {"type": "or", "elements": [_message(ids, "analysis", body), _message(ids, "commentary", body)]}
+    earlier = {"type": "repeat", "min": 0, "max": EARLIER_MESSAGES, "content": message}
     turn = _sequence(earlier, endings[0] if len(endings) == 1 else {"type": "or", "elements": endings})
     return json.dumps({"type": "structural_tag", "format": turn})
+
+
+def budget_shares(budget: int | None) -> tuple[int | None, int | None]:
+    """(tokens each earlier message may take, bytes the answer or call may take) under an output budget in tokens.
+
+    Reasoning and preambles come before the message that ends the turn and share its budget; bounded, they leave
+    the JSON answer or the call the rest, so it still closes within `max_output_tokens`."""
+    if budget is None:
+        return None, None
+    per_message = budget // 4
+    return per_message, max(budget - EARLIER_MESSAGES * (per_message + MESSAGE_OVERHEAD), 1)
+
+
+def _free_tokens(ids: dict[str, int], most: int | None) -> Format:
+    """A message body: any tokens but harmony's own (matched by id), at most `most` of them."""
+    body: Format = {"type": "any_tokens", "exclude_tokens": sorted(ids.values())}
+    return {**body, "max_tokens": most} if most is not None else body
 
 
 def _message(ids: dict[str, int], channel: str, text: Format) -> Format:
