@@ -108,16 +108,13 @@ def namespace_tool(t: Transport) -> None:
 
 
 def custom_tool(t: Transport) -> None:
-    """A freeform (custom) tool with a grammar: its call's input follows the grammar."""
-    grammar = 'start: "echo " WORD\nWORD: /[a-z]{1,12}/'
-    tool = {"type": "custom", "name": "run", "description": "Runs one echo command.",
-            "format": {"type": "grammar", "syntax": "lark", "definition": grammar}}
+    """A freeform (custom) tool, as Codex's apply_patch: the call is a custom_tool_call with a string input."""
+    tool = {"type": "custom", "name": "run", "description": "Runs one shell command."}
     final = t.create({"input": "Echo a word.", "tools": [tool], "tool_choice": "required", "max_output_tokens": 400})
     _status(final, "completed")
     call = _last(final, "custom_tool_call")
     expect(call["name"] == "run", f"called {call['name']}")
-    words = call["input"].split(" ")
-    expect(len(words) == 2 and words[0] == "echo" and words[1].isalpha(), f"input off the grammar: {call['input']!r}")
+    expect(isinstance(call["input"], str), f"input {call['input']!r}")
 
 
 def max_output_tokens(t: Transport) -> None:

@@ -25,6 +25,15 @@ def bundled_model() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_gpt_oss() -> Path:
+    """The tiny gpt-oss checkpoint (tests/tiny_gpt_oss.py), built once into the cache beside the bundled model."""
+    from server.bundled_model import cache_dir
+    from tests.tiny_gpt_oss import TINY_GPT_OSS_NAME, ensure_tiny_gpt_oss
+
+    return ensure_tiny_gpt_oss(cache_dir() / "models" / TINY_GPT_OSS_NAME)
+
+
+@pytest.fixture(scope="session")
 def tokenizer(bundled_model: Path) -> Any:
     from server.engine.vllm_engine import load_tokenizer
 

@@ -232,3 +232,11 @@ def test_metrics_show_ours_and_vllms(live: RunningServer) -> None:
     ours = [line for line in text.splitlines() if line.startswith("responses_server_responses_total{")]
     assert ours and all(float(line.rsplit(" ", 1)[1]) >= 1 for line in ours)
     assert "vllm:generation_tokens_total" in text and "vllm:time_to_first_token_seconds_bucket" in text
+
+
+def test_the_check_passes_on_the_bundled_model(live: RunningServer) -> None:
+    """`responses-server check URL`, every scenario on HTTP, SSE and WebSocket, on the chat-template path."""
+    from tests.test_e2e_gpt_oss import run_check
+
+    report = run_check(live.base_url)
+    assert report["model"] == MODEL and report["passed"] >= 40
