@@ -9,7 +9,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 BUNDLED_MODEL_NAME = "SmolLM2-135M-Instruct"
 # Its output cap when a request sets none: a sampled answer of this tiny model can run until its context is full
@@ -68,15 +68,20 @@ def bundled_gguf_path() -> Path:
 def ensure_bundled_model(target: Path | None = None) -> Path:
     """Return the converted checkpoint directory, converting the GGUF on first use."""
     target = target or cache_dir() / "models" / BUNDLED_MODEL_NAME
+    return built_once(target, _CONVERSION_VERSION, lambda work: convert_gguf(bundled_gguf_path(), work))
+
+
+def built_once(target: Path, version: str, build: Callable[[Path], None]) -> Path:
+    """`target` as `build(directory)` makes it, built into a directory beside it and moved in whole (a build cut
+    short leaves nothing), unless a build of `version` is there already."""
     marker = target / _DONE_MARKER
-    if marker.exists() and marker.read_text().strip() == _CONVERSION_VERSION:
+    if marker.exists() and marker.read_text().strip() == version:
         return target
-    gguf_path = bundled_gguf_path()
     target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
+    work = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
     try:
-        convert_gguf(gguf_path, work)
-        (work / _DONE_MARKER).write_text(_CONVERSION_VERSION + "\n")
+        build(work)
+        (work / _DONE_MARKER).write_text(version + "\n")
         if target.exists():
             shutil.rmtree(target)
         work.rename(target)

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 TINY_GPT_OSS_NAME = "tiny-gpt-oss"
 _VERSION = "1"  # bumped whenever the checkpoint's content changes, so cached ones are rebuilt
-_DONE_MARKER = ".built"
 # o200k's split pattern (tiktoken's o200k_base, which o200k_harmony extends with its special tokens).
 O200K_PATTERN = "|".join([
     r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
@@ -38,21 +35,10 @@ GENERATION_CONFIG = {"bos_token_id": 199998, "eos_token_id": [200002, 199999, 20
 
 
 def ensure_tiny_gpt_oss(target: Path) -> Path:
-    """The checkpoint directory, built on first use (about a minute) and reused while its version holds."""
-    marker = target / _DONE_MARKER
-    if marker.exists() and marker.read_text().strip() == _VERSION:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-    try:
-        build_tiny_gpt_oss(work)
-        (work / _DONE_MARKER).write_text(_VERSION + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        work.rename(target)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return target
+    """The checkpoint directory, built on first use (seconds) and reused while its version holds."""
+    from server.bundled_model import built_once
+
+    return built_once(target, _VERSION, build_tiny_gpt_oss)
 
 
 def build_tiny_gpt_oss(out: Path) -> Path:
