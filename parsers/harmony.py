@@ -40,6 +40,7 @@ class HarmonyTokens:
     end_of_text: int  # `<|endoftext|>`
     return_: int  # `<|return|>`
     first_special: int  # every special token's id is at least this; ordinary tokens' are below it
+    last_special: int  # the highest special token's id
 
     @classmethod
     def of(cls, encoding: Any) -> HarmonyTokens:
@@ -51,8 +52,6 @@ class HarmonyTokens:
         return cls(message=token("<|message|>"), ends=frozenset(token(t) for t in ("<|end|>", "<|call|>", "<|return|>")),
                    structural=frozenset(token(t) for t in HARMONY_TOKENS), end_of_text=token("<|endoftext|>"),
                    return_=token("<|return|>"), first_special=min(specials), last_special=max(specials))
-
-    last_special: int  # the highest special token's id
 
     def banned(self) -> tuple[int, ...]:
         """The special tokens a model must never sample: all but harmony's own and `<|endoftext|>`."""
