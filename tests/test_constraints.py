@@ -455,3 +455,41 @@ def test_harmony_reasoning_leaves_the_json_answer_its_budget() -> None:
     assert not harmony_accepts(tag, analysis(3) * (EARLIER_MESSAGES + 1) + answer)
     longest = EARLIER_MESSAGES * (per_message + 6) + answer_bytes + 4  # the answer's header and end
     assert longest <= budget + 4, "reasoning at its bound still leaves the answer room within the budget"
+
+
+ECHO = {"type": "custom", "name": "run", "description": "Runs one echo command.",
+        "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "echo " WORD\nWORD: /[a-z]{1,12}/'}}
+
+
+@pytest.mark.parametrize(("tool_choice", "body", "expected"), [
+    ("required", "echo hello", True),
+    ("required", "rm -rf /", False),
+    ("required", '{"input": "echo hello"}', False),
+    ("auto", "echo hello", True),  # a grammar holds whenever the tool is called
+    ("auto", "echo Hello", False),
+], ids=["follows the grammar", "off the grammar", "JSON instead of the body", "auto: follows", "auto: off"])
+def test_a_harmony_custom_tools_input_follows_its_grammar(tool_choice: str, body: str, expected: bool) -> None:
+    tag = HarmonyPath(ServerConfig(served_model_name="gpt-oss")).structural_tag(
+        _rules(tools=[ECHO], tool_choice=tool_choice))
+    assert tag is not None
+    assert _harmony_run(tag, f"<|channel|>commentary to=functions.run<|message|>{body}<|call|>") is expected
+
+
+def test_a_freeform_body_parses_as_the_custom_call() -> None:
+    request = _request(tools=[ECHO], tool_choice="required")
+    tokens = harmony_encoding().encode("<|channel|>commentary to=functions.run<|message|>echo hello<|call|>",
+                                       allowed_special="all")
+    parser = HarmonyParser(harmony_encoding(), tools=tool_table(request))
+    deltas = merge_adjacent(parser.feed(tokens) + parser.finish())
+    assert deltas == [ToolCallStarted("run", kind="custom"), ToolCallArguments("echo hello"), ItemEnded()]
+
+
+@pytest.mark.parametrize(("tool_format", "param"), [
+    ({"type": "grammar", "syntax": "lark", "definition": "start: ("}, "tools.format.definition"),
+    ({"type": "grammar", "syntax": "peg", "definition": "start"}, "tools.format.syntax"),
+    ({"type": "grammar", "syntax": "regex", "definition": ""}, "tools.format.definition"),
+], ids=["bad lark", "unknown syntax", "empty definition"])
+def test_a_bad_custom_grammar_is_a_400(tool_format: dict[str, Any], param: str) -> None:
+    with pytest.raises(RequestError) as caught:
+        _rules(tools=[{**ECHO, "format": tool_format}], tool_choice="required")
+    assert caught.value.param == param

@@ -463,3 +463,15 @@ def test_reserved_tokens_are_banned_from_sampling(harmony: Harness) -> None:
                                       "<|return|>", "<|call|>", "<|endoftext|>")}
     assert {_special("<|reserved_200013|>"), _special("<|startoftext|>"), 201087} <= banned
     assert not banned & allowed and all(token_id >= 199998 for token_id in banned)
+
+
+def test_a_custom_tools_call_is_rendered_as_its_freeform_body() -> None:
+    patch = {"type": "custom", "name": "apply_patch", "description": "Applies a patch."}
+    request = ResponsesRequest.model_validate({"model": MODEL, "tools": [patch], "input": [
+        {"role": "user", "content": "Fix it."},
+        {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": '*** Begin Patch\n"x"'},
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done."}]})
+    path = HarmonyPath(ServerConfig(served_model_name=MODEL), today=datetime.date(2026, 1, 1))
+    text = harmony_encoding().decode(path.render(request).token_ids)
+    assert 'to=functions.apply_patch<|message|>*** Begin Patch\n"x"<|call|>' in text
+    assert "Freeform: the message body is the input" in text and "type apply_patch = () => any" in text

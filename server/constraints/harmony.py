@@ -36,7 +36,9 @@ def harmony_structural_tag(rules: OutputRules, token_id: Callable[[str], int]) -
                       grammar_format(rules.answer_schema, answer_budget) if rules.answer_schema is not None else text)
     endings = [] if rules.calls is not None and rules.calls.required else [final]
     if rules.calls is not None:
-        endings += [_call(ids, name, schema, answer_budget) for name, schema in rules.calls.schemas.items()]
+        custom = rules.calls.custom
+        endings += [_custom_call(ids, name, custom[name], answer_budget) if name in custom
+                    else _call(ids, name, schema, answer_budget) for name, schema in rules.calls.schemas.items()]
     body = _free_tokens(ids, per_message)
     message = {"type": "or", "elements": [_message(ids, "analysis", body), _message(ids, "commentary", body)]}
     earlier = {"type": "repeat", "min": 0, "max": EARLIER_MESSAGES, "content": message}
@@ -72,6 +74,13 @@ def _call(ids: dict[str, int], name: str, schema: dict[str, Any], budget: int | 
     arguments = grammar_format(schema, call_budget(budget, header, "json", "...."))  # 4 special tokens, one each
     return _sequence(_token(ids["<|channel|>"]), _text(header), _token(ids["<|constrain|>"]), _text("json"),
                      _token(ids["<|message|>"]), arguments)
+
+
+def _custom_call(ids: dict[str, int], name: str, grammar: str | None, budget: int | None) -> Format:
+    """A custom (freeform) tool's call: its input is the message body as it is, following the tool's grammar."""
+    body: Format = {"type": "grammar", "grammar": grammar} if grammar is not None else _free_tokens(ids, budget)
+    return _sequence(_token(ids["<|channel|>"]), _text(f"commentary to={FUNCTIONS_PREFIX}{name}"),
+                     _token(ids["<|message|>"]), body)
 
 
 def _free_text() -> Format:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from parsers.tools import CUSTOM_TOOL_PARAMETERS, ToolSpec, ToolTable
+from server.constraints.custom_grammar import custom_tool_grammar
 from server.constraints.json_grammar import ANY_OBJECT, SchemaError, json_grammar
 from server.errors import RequestError
 from server.requests import ResponsesRequest
@@ -26,6 +27,7 @@ class CallRules:
     required: bool = False
     restricted: bool = False  # only some of the offered tools may be called (allowed_tools)
     strict: frozenset[str] = frozenset()  # names whose arguments are constrained even when a call is optional
+    custom: dict[str, str | None] = field(default_factory=dict)  # custom tools' names -> their input's grammar
 
 
 @dataclass(frozen=True)
@@ -134,14 +136,17 @@ def _named_tool(tools: tuple[ToolSpec, ...], choice: dict[str, Any], kind: str, 
 
 def _rules(tools: tuple[ToolSpec, ...], definitions: dict[str, dict[str, Any]],
            required: bool = False, restricted: bool = False) -> CallRules:
-    schemas, strict = {}, set()
+    schemas, strict, custom = {}, set(), {}
     for tool in tools:
         definition = definitions.get(tool.model_name, {})
         schema, is_strict = _arguments_schema(tool, definition)
         schemas[tool.model_name] = schema
+        if tool.kind == "custom":
+            custom[tool.model_name] = custom_tool_grammar(definition, "tools")
+            is_strict = custom[tool.model_name] is not None  # a grammar holds whenever the tool is called
         if is_strict:
             strict.add(tool.model_name)
-    return CallRules(schemas, required=required, restricted=restricted, strict=frozenset(strict))
+    return CallRules(schemas, required=required, restricted=restricted, strict=frozenset(strict), custom=custom)
 
 
 def _arguments_schema(tool: ToolSpec, definition: dict[str, Any]) -> tuple[dict[str, Any], bool]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import json
 from functools import lru_cache
 from typing import Any
 
@@ -80,15 +79,15 @@ class HarmonyPath:
 
 def harmony_conversation(request: ResponsesRequest, today: datetime.date, table: ToolTable | None) -> Any:
     """System (effort, date), developer (instructions, function tools), then every input item."""
-    from openai_harmony import Conversation, DeveloperContent, Message, ReasoningEffort, Role, SystemContent, \
-        ToolDescription
+    from openai_harmony import Conversation, DeveloperContent, Message, ReasoningEffort, Role, SystemContent
 
     effort = (request.reasoning or {}).get("effort") or "medium"
     system = SystemContent.new().with_conversation_start_date(today.isoformat()).with_reasoning_effort(
         getattr(ReasoningEffort, _EFFORTS.get(effort, "MEDIUM")))
     messages = [Message.from_role_and_content(Role.SYSTEM, system)]
-    tools = [ToolDescription.new(t["function"]["name"], t["function"]["description"], parameters=t["function"]["parameters"])
-             for t in function_tools(request, table)]
+    custom = {spec.model_name for spec in table.tools if spec.kind == "custom"} if table is not None else set()
+    tools = [_tool_description(tool["function"], tool["function"]["name"] in custom)
+             for tool in function_tools(request, table)]
     if request.instructions or tools:
         developer = DeveloperContent.new()
         if request.instructions:
@@ -98,6 +97,17 @@ def harmony_conversation(request: ResponsesRequest, today: datetime.date, table:
         messages.append(Message.from_role_and_content(Role.DEVELOPER, developer))
     messages += _input_messages(request)
     return Conversation.from_messages(messages)
+
+
+def _tool_description(function: dict[str, Any], freeform: bool) -> Any:
+    """A function tool with its parameters; a custom (freeform) tool with none, its description saying that the
+    message body is its input as it is."""
+    from openai_harmony import ToolDescription
+
+    if not freeform:
+        return ToolDescription.new(function["name"], function["description"], parameters=function["parameters"])
+    description = f"{function['description']}\nFreeform: the message body is the input, as plain text, not JSON."
+    return ToolDescription.new(function["name"], description.strip(), parameters=None)
 
 
 def _input_messages(request: ResponsesRequest) -> list[Any]:
@@ -115,8 +125,11 @@ def _input_messages(request: ResponsesRequest) -> list[Any]:
         elif isinstance(item, (FunctionCallItem, CustomToolCallItem)):
             name = item.model_name
             calls[item.call_id] = name
-            body = item.arguments if isinstance(item, FunctionCallItem) else json.dumps({"input": item.input})
-            out.append(Message.from_role_and_content(Role.ASSISTANT, body or "{}").with_channel("commentary")
+            if isinstance(item, CustomToolCallItem):  # freeform: the body is the input, as the model wrote it
+                out.append(Message.from_role_and_content(Role.ASSISTANT, item.input).with_channel("commentary")
+                           .with_recipient(FUNCTIONS_PREFIX + name))
+                continue
+            out.append(Message.from_role_and_content(Role.ASSISTANT, item.arguments or "{}").with_channel("commentary")
                        .with_recipient(FUNCTIONS_PREFIX + name).with_content_type("<|constrain|>json"))
         elif isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
             if item.call_id not in calls:
