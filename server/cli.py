@@ -138,7 +138,7 @@ def engine_factory(args: argparse.Namespace) -> Any:
     engine_args = vllm_engine.engine_args(args)
 
     def live() -> Any:
-        engine = vllm_engine.VllmEngine.start(engine_args)
+        engine = vllm_engine.VllmEngine.start(engine_args, harmony=args.harmony)
         if args.record_engine_output is not None:
             return RecordingEngine(engine, args.record_engine_output)
         return engine

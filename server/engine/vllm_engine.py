@@ -60,10 +60,7 @@ def engine_args(args: argparse.Namespace) -> Any:
     for name in _PLATFORM_DEPENDENT:
         if getattr(args, name) is None:
             setattr(args, name, defaults[name])
-    arguments = AsyncEngineArgs.from_cli_args(args)
-    if getattr(args, "harmony", False) or arguments.create_model_config().hf_config.model_type == "gpt_oss":
-        avoid_grammar_cache_collisions()
-    return arguments
+    return AsyncEngineArgs.from_cli_args(args)
 
 
 # xgrammar 0.2.8's cache of token masks across grammars hashes a grammar's `token` element without its token id: a
@@ -72,6 +69,12 @@ def engine_args(args: argparse.Namespace) -> Any:
 # are made of such tokens; the chat-template path's are made of strings. tests/test_constraints.py shows the
 # collision on xgrammar alone; bench/grammar_cache.py measures what turning the cache off costs.
 GRAMMAR_CACHE_VARIABLE = "VLLM_XGRAMMAR_CACHE_MB"
+
+
+def prepare_grammar_cache(model_config: Any, harmony: bool) -> None:
+    """Before the engine core starts: the cache off for a model on the harmony path (gpt-oss, or `--harmony`)."""
+    if harmony or model_config.hf_config.model_type == "gpt_oss":
+        avoid_grammar_cache_collisions()
 
 
 def avoid_grammar_cache_collisions() -> None:
@@ -104,12 +107,14 @@ class VllmEngine:
         self.image_placeholder = image_placeholder(llm.model_config) if "image" in self.input_modalities else None
 
     @classmethod
-    def start(cls, args: Any) -> "VllmEngine":
+    def start(cls, args: Any, harmony: bool = False) -> "VllmEngine":
         """Start AsyncLLM (inside a running event loop) from AsyncEngineArgs, with `vllm serve`'s defaults for a
-        server (on a large GPU, 8192 tokens a step where an embedded engine gets 2048)."""
+        server (on a large GPU, 8192 tokens a step where an embedded engine gets 2048); `harmony`: the harmony path
+        is forced (`--harmony`)."""
         from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        prepare_grammar_cache(args.create_model_config(), harmony)
         return cls(AsyncLLM.from_engine_args(args, usage_context=UsageContext.OPENAI_API_SERVER))
 
     @classmethod
@@ -273,6 +278,7 @@ def run_api_processes(args: argparse.Namespace, count: int, sock: socket.socket,
     from vllm.v1.utils import APIServerProcessManager, wait_for_completion_or_failure
 
     arguments, vllm_config = _server_config(args, count, -1)
+    prepare_grammar_cache(vllm_config.model_config, getattr(args, "harmony", False))
     listeners = bind_engine_zmq_listeners(vllm_config, count)
     with launch_core_engines(vllm_config, Executor.get_class(vllm_config), not arguments.disable_log_stats,
                              listeners.addresses) as launch:
