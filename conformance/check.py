@@ -9,10 +9,11 @@ import json
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from conformance.scenarios import SCENARIOS
+from conformance.scenarios import SCENARIOS, Scenario
 from conformance.transports import Endpoint, JsonTransport, SseTransport, Transport, WebSocketTransport
 
 TRANSPORTS = ("http", "sse", "websocket")
@@ -29,25 +30,31 @@ class Outcome:
     detail: str = ""
 
 
-def run_checks(endpoint: Endpoint, scenarios: Sequence[str], transports: Sequence[str]) -> list[Outcome]:
-    """Every named scenario on every transport it runs on, in order; a failure is recorded, never raised."""
+def run_checks(endpoint: Endpoint, scenarios: Sequence[str], transports: Sequence[str],
+               parallel: bool = False) -> list[Outcome]:
+    """Every named scenario on every transport it runs on, in order; with `parallel`, a scenario runs on its
+    transports at once. A failure is recorded, never raised."""
     made: dict[str, Transport] = {"http": JsonTransport(endpoint), "sse": SseTransport(endpoint),
                                   "websocket": WebSocketTransport(endpoint)}
-    outcomes = []
-    for name in scenarios:
-        scenario, only = SCENARIOS[name]
-        for transport in transports:
-            if only is not None and transport not in only:
-                continue
-            extra = (endpoint,) if len(inspect.signature(scenario).parameters) == 2 else ()
-            start = time.monotonic()
-            try:
-                scenario(made[transport], *extra)
-                outcomes.append(Outcome(name, transport, True, time.monotonic() - start))
-            except Exception as exc:  # a failed check, or the endpoint failing in a way the check did not foresee
-                detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:400]
-                outcomes.append(Outcome(name, transport, False, time.monotonic() - start, detail))
+    outcomes: list[Outcome] = []
+    with ThreadPoolExecutor(max_workers=len(TRANSPORTS) if parallel else 1) as pool:
+        for name in scenarios:
+            scenario, only = SCENARIOS[name]
+            runs = [pool.submit(_outcome, name, scenario, made[transport], endpoint) for transport in transports
+                    if only is None or transport in only]
+            outcomes += [run.result() for run in runs]
     return outcomes
+
+
+def _outcome(name: str, scenario: Scenario, transport: Transport, endpoint: Endpoint) -> Outcome:
+    extra = (endpoint,) if len(inspect.signature(scenario).parameters) == 2 else ()
+    start = time.monotonic()
+    try:
+        scenario(transport, *extra)
+        return Outcome(name, transport.name, True, time.monotonic() - start)
+    except Exception as exc:  # a failed check, or the endpoint failing in a way the check did not foresee
+        detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:400]
+        return Outcome(name, transport.name, False, time.monotonic() - start, detail)
 
 
 def report_text(outcomes: list[Outcome]) -> str:
@@ -79,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="use only this transport (repeatable; default: all three)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds for one request")
+    parser.add_argument("--parallel", action="store_true",
+                        help="run each scenario on its transports at once (faster; the requests then share the engine)")
     return parser
 
 
@@ -88,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     endpoint = Endpoint(url if url.endswith("/v1") else url + "/v1", args.api_key, args.model or "", args.timeout)
     if not endpoint.model:
         endpoint.model = endpoint.get("/models")["data"][0]["id"]
-    outcomes = run_checks(endpoint, args.scenario or list(SCENARIOS), args.transport or TRANSPORTS)
+    outcomes = run_checks(endpoint, args.scenario or list(SCENARIOS), args.transport or TRANSPORTS, args.parallel)
     print(report_json(endpoint, outcomes) if args.json else report_text(outcomes))
     return 0 if all(outcome.passed for outcome in outcomes) else 1
 

@@ -41,9 +41,9 @@ def gpt_oss(tiny_gpt_oss: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def run_check(base_url: str, *flags: str) -> dict[str, Any]:
-    """`responses-server check URL --json`, as a user runs it."""
-    done = subprocess.run([sys.executable, "-m", "server", "check", base_url, "--json", *flags], capture_output=True,
-                          text=True, timeout=1200)
+    """`responses-server check URL --json --parallel`, as a user runs it (each scenario on its transports at once)."""
+    done = subprocess.run([sys.executable, "-m", "server", "check", base_url, "--json", "--parallel", *flags],
+                          capture_output=True, text=True, timeout=1200)
     report = json.loads(done.stdout)
     failures = [r for r in report["results"] if not r["passed"]]
     assert done.returncode == (1 if failures else 0), done.stderr[-2000:]
@@ -74,10 +74,10 @@ def test_several_api_processes_serve_gpt_oss(tiny_gpt_oss: Path, tmp_path: Path)
         server.stop()
 
 
-def test_a_shutdown_mid_generation_leaves_no_engine_process(tiny_gpt_oss: Path, tmp_path: Path) -> None:
+def test_a_shutdown_mid_generation_leaves_no_engine_process(gpt_oss: RunningServer) -> None:
     """After SIGTERM a VLLM::Worker once kept using CPU for two minutes; every process the server started must end
-    with it (bounded by a count of polls, not by a time the test asserts)."""
-    server = _serve(tiny_gpt_oss, tmp_path / "shutdown.log")
+    with it (bounded by a count of polls, not by a time the test asserts). Last in the module: it stops the server."""
+    server = gpt_oss
     children = psutil.Process(server.process.pid).children(recursive=True)
     assert children, "the engine runs in processes of its own"
     body = {"model": MODEL, "input": "Write a long story.", "max_output_tokens": 3000, "stream": True}
