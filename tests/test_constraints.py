@@ -493,3 +493,34 @@ def test_a_bad_custom_grammar_is_a_400(tool_format: dict[str, Any], param: str) 
     with pytest.raises(RequestError) as caught:
         _rules(tools=[{**ECHO, "format": tool_format}], tool_choice="required")
     assert caught.value.param == param
+
+
+def test_a_free_custom_call_closes_within_the_output_budget() -> None:
+    """A freeform call's body under the budget left after reasoning: the call ends before max_output_tokens."""
+    from server.constraints.harmony import EARLIER_MESSAGES, MESSAGE_OVERHEAD, budget_shares
+
+    budget = 120
+    per_message, _ = budget_shares(budget)
+    assert per_message is not None
+    tag = HarmonyPath(ServerConfig(served_model_name="gpt-oss")).structural_tag(
+        _budgeted(budget, tools=[{"type": "custom", "name": "run"}], tool_choice="required"))
+    assert tag is not None
+    encoding = harmony_encoding()
+    matcher = xgrammar.GrammarMatcher(_harmony_compiler().compile_structural_tag(tag))
+    analysis = (encoding.encode("<|channel|>analysis<|message|>", allowed_special="all") + encoding.encode(" x") * per_message
+                + encoding.encode("<|end|><|start|>assistant", allowed_special="all"))
+    tokens = analysis * EARLIER_MESSAGES + encoding.encode("<|channel|>commentary to=functions.run<|message|>",
+                                                           allowed_special="all")
+    assert all(matcher.accept_token(t) for t in tokens)
+    bitmask = xgrammar.allocate_token_bitmask(1, 201088)
+    written = len(tokens)
+    end = encoding.encode("<|call|>", allowed_special="all")[0]
+    while True:  # the body as long as the grammar lets it grow
+        matcher.fill_next_token_bitmask(bitmask)
+        if not (int(bitmask[0, 1000 // 32]) >> (1000 % 32)) & 1:  # an ordinary token is no longer allowed
+            break
+        assert matcher.accept_token(1000)
+        written += 1
+        assert written <= budget, "the body ran past the budget"
+    assert matcher.accept_token(end) and written + 1 <= budget
+    assert EARLIER_MESSAGES * (per_message + MESSAGE_OVERHEAD) < budget

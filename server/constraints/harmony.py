@@ -78,9 +78,10 @@ def _call(ids: dict[str, int], name: str, schema: dict[str, Any], budget: int | 
 
 def _custom_call(ids: dict[str, int], name: str, grammar: str | None, budget: int | None) -> Format:
     """A custom (freeform) tool's call: its input is the message body as it is, following the tool's grammar."""
-    body: Format = {"type": "grammar", "grammar": grammar} if grammar is not None else _free_tokens(ids, budget)
-    return _sequence(_token(ids["<|channel|>"]), _text(f"commentary to={FUNCTIONS_PREFIX}{name}"),
-                     _token(ids["<|message|>"]), body)
+    header = f"commentary to={FUNCTIONS_PREFIX}{name}"
+    free = _free_tokens(ids, call_budget(budget, header, "...."))  # the header and 4 special tokens, within budget
+    body: Format = {"type": "grammar", "grammar": grammar} if grammar is not None else free
+    return _sequence(_token(ids["<|channel|>"]), _text(header), _token(ids["<|message|>"]), body)
 
 
 def _free_text() -> Format:
