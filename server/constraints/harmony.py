@@ -1,7 +1,8 @@
-"""Structural tags for harmony (gpt-oss): reasoning stays free, the `final` channel or the call is constrained.
+"""Structural tags for harmony (gpt-oss): reasoning bounded by the budget, the `final` channel or the call constrained.
 
 One assistant turn is up to EARLIER_MESSAGES `analysis` (or preamble `commentary`) messages, each at most a quarter
-of the output budget in tokens (budget_shares), then the message that ends the turn, in the budget left: a `final` answer (its JSON when `text.format` asks for it) or a call
+of the output budget in tokens (budget_shares), then the message that ends the turn, in the budget left: a `final`
+answer (its JSON when `text.format` asks for it) or a call
 `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}`. Harmony's special tokens are matched
 by id and kept out of free text, so free text cannot swallow a channel change. The engine stops at `<|return|>`
 or `<|call|>` once the grammar has ended.
@@ -16,7 +17,6 @@ from parsers.harmony import FUNCTIONS_PREFIX, HARMONY_TOKENS
 from server.constraints.chat import Format, call_budget, grammar_format
 from server.constraints.rules import OutputRules
 
-SPECIAL_TOKENS = HARMONY_TOKENS  # kept out of free text
 # Analysis and preamble messages before the turn's last one, at most; a quarter of the output budget each.
 EARLIER_MESSAGES = 2
 MESSAGE_OVERHEAD = 6  # tokens around an earlier message's body: <|channel|>, its channel, <|message|>, <|end|>, ...
@@ -29,7 +29,7 @@ def harmony_structural_tag(rules: OutputRules, token_id: Callable[[str], int]) -
     """
     if not rules.needs_grammar:
         return None
-    ids = {name: token_id(name) for name in SPECIAL_TOKENS}
+    ids = {name: token_id(name) for name in HARMONY_TOKENS}
     per_message, answer_budget = budget_shares(rules.answer_budget)
     text = _free_text()
     final = _sequence(_token(ids["<|channel|>"]), _text("final"), _token(ids["<|message|>"]),
@@ -85,7 +85,7 @@ def _custom_call(ids: dict[str, int], name: str, grammar: str | None, budget: in
 
 
 def _free_text() -> Format:
-    return {"type": "any_text", "excludes": list(SPECIAL_TOKENS)}
+    return {"type": "any_text", "excludes": list(HARMONY_TOKENS)}
 
 
 def _sequence(*elements: Format) -> Format:
