@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from pydantic import TypeAdapter, ValidationError
 
 from server.errors import NotFound, RequestError, invalid_value
-from server.requests import CompactionItem, InputItem, MessageItem, ResponsesRequest
+from server.requests import CompactionItem, InputItem, MessageItem, ResponsesRequest, ToolOutput
 from server.store.interface import ResponseStore, StoredResponse
 from streaming.ids import ITEM_PREFIXES, IdFactory
 
@@ -46,7 +46,8 @@ def _stored_item(item: Any, ids: IdFactory) -> dict[str, Any]:
         data.setdefault("status", "completed")
     elif item.type in ("function_call", "function_call_output"):
         data.setdefault("status", "completed")
-    for part in data.get("content") or data.get("output") or ():
+    parts = data.get("content") if isinstance(item, MessageItem) else data.get("output")
+    for part in parts if isinstance(item, (MessageItem, ToolOutput)) and isinstance(parts, list) else ():
         if isinstance(part, dict) and part.get("type") == "input_image":
             part.setdefault("detail", "auto")  # OpenAI's default, and the SDK's type requires one
     return data

@@ -22,13 +22,20 @@ async def fetch_images(urls: Iterable[tuple[str, Any]], allowed_domains: tuple[s
     fetched: dict[str, bytes] = {}
     async with httpx.AsyncClient(timeout=FETCH_TIMEOUT_SECONDS, follow_redirects=False) as client:
         for url, param in wanted.items():
-            host = urlsplit(url).hostname or ""
+            host = _host(url, param)
             if host not in allowed_domains:
                 raise RequestError(f"This server does not fetch images from {host or 'that URL'!r} "
                                    "(the operator allows: " + (", ".join(allowed_domains) or "no domain") +
                                    "); send the image inline as a data URL.", param=param)
             fetched[url] = await _fetch(client, url, param)
     return fetched
+
+
+def _host(url: str, param: str) -> str:
+    try:
+        return urlsplit(url).hostname or ""
+    except ValueError:  # a bracket left open, a character that normalizes to a delimiter, ...
+        raise RequestError("The image URL is not a valid URL.", param=param) from None
 
 
 async def _fetch(client: httpx.AsyncClient, url: str, param: str) -> bytes:
@@ -43,5 +50,7 @@ async def _fetch(client: httpx.AsyncClient, url: str, param: str) -> bytes:
                     raise RequestError(f"The image is larger than {MAX_IMAGE_BYTES // (1024 * 1024)} MiB.",
                                        param=param)
             return bytes(body)
+    except httpx.InvalidURL:
+        raise RequestError("The image URL is not a valid URL.", param=param) from None
     except httpx.HTTPError as exc:
         raise RequestError(f"The image URL could not be fetched ({type(exc).__name__}).", param=param) from None

@@ -56,7 +56,7 @@ class ContentPart(_Lenient):
                   "input_image", "input_file", "input_audio"]
     text: str | None = None
     refusal: str | None = None
-    image_url: Any = None  # an input_image's, checked when the image is decoded
+    image_url: str | None = None  # an input_image's (a data URL or a URL), checked when the image is decoded
     detail: Literal["low", "high", "auto", "original"] | None = None  # an input_image's; see server/media.py
     _file_text: str | None = PrivateAttr(default=None)  # an input_file's text (the part is stored as sent)
 

@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from server.constraints.json_budget import budget_bounds, with_open_arrays_bounded
+from server.constraints.schema_shape import SchemaShapeError, check_shape
 
 # xgrammar's converter writes unbounded repetitions for a number's digits; these bound them.
 _BOUNDED_DIGITS = (
@@ -36,6 +37,8 @@ STRING_ESCAPES = 256  # escapes (`\n`, `\"`, ...) in one string
 _BASIC_STRING = re.compile(r"^basic_string ::= .*$", re.MULTILINE)
 # xgrammar's separators `", "` and `": "` as grammar literals (a property name is a literal with escaped quotes).
 _SEPARATOR = re.compile(r'(?<=[ (])"([,:]) "(?=[ )])')
+# The time and C++ source location xgrammar puts before its messages: "[15:58:20] /project/cpp/x.cc:4944: ".
+_WHERE_IN_XGRAMMAR = re.compile(r"^(\[[0-9:]+\] )?\S+\.(cc|h):[0-9]+: ")
 _ESCAPE_BYTES = 6  # the longest escape, `\uXXXX`
 _CHAR_BYTES = 4  # the longest plain character, in UTF-8
 _ESCAPED_RUN = 64  # per escape allowed under a budget: the escape and the plain characters after it
@@ -81,6 +84,10 @@ class SchemaError(ValueError):
 def json_grammar(schema: dict[str, Any], budget: int | None = None) -> str:
     """An EBNF grammar (xgrammar's dialect) for JSON text valid against `schema`, at most `budget` bytes long when
     a budget is given and the schema can be bounded (see json_budget); raises SchemaError."""
+    try:
+        check_shape(schema)
+    except SchemaShapeError as exc:
+        raise SchemaError(str(exc)) from None
     bounds = budget_bounds(schema, budget) if budget is not None else None
     if bounds is None:
         return _grammar(json.dumps(schema), UNBUDGETED_STRING_BYTES)  # key order kept, as the schema declares
@@ -95,7 +102,7 @@ def _grammar(schema_json: str, string_bytes: int) -> str:
         grammar = str(xgrammar.Grammar.from_json_schema(schema_json, any_whitespace=False, strict_mode=True))
     except Exception as exc:  # xgrammar raises RuntimeError/ValueError subclasses of its own
         lines = str(exc).strip().splitlines()
-        raise SchemaError(lines[-1] if lines else type(exc).__name__) from exc
+        raise SchemaError(_WHERE_IN_XGRAMMAR.sub("", lines[-1]) if lines else type(exc).__name__) from None
     for unbounded, bounded in _BOUNDED_DIGITS:
         grammar = grammar.replace(unbounded, bounded)
     grammar = _SEPARATOR.sub(lambda match: f'"{match[1]}" " "?', grammar)

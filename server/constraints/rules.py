@@ -8,6 +8,7 @@ from typing import Any
 from parsers.tools import CUSTOM_TOOL_PARAMETERS, ToolSpec, ToolTable
 from server.constraints.custom_grammar import custom_tool_grammar
 from server.constraints.json_grammar import ANY_OBJECT, SchemaError, json_grammar
+from server.constraints.schema_shape import SchemaShapeError, check_shape
 from server.errors import RequestError
 from server.requests import ResponsesRequest
 
@@ -56,6 +57,20 @@ def output_rules(request: ResponsesRequest, table: ToolTable | None,
         max_calls = min(max_calls or request.max_tool_calls, request.max_tool_calls)
     return OutputRules(answer_schema=_answer_schema(request.text), calls=_call_rules(request, table, definitions),
                        max_calls=max_calls, answer_budget=budget)
+
+
+def check_schemas(request: ResponsesRequest) -> None:
+    """The request's schemas (its answer's, its tools' parameters) are within the shape the server takes: checked
+    before the prompt is rendered, which writes them out (a RequestError naming the schema else)."""
+    _answer_schema(request.text)
+    for index, tool in enumerate(request.tools):
+        members = tool.get("tools") if tool.get("type") == "namespace" else [tool]
+        for member in members if isinstance(members, list) else ():
+            parameters = member.get("parameters") if isinstance(member, dict) else None
+            try:
+                check_shape(parameters)
+            except SchemaShapeError as exc:
+                raise RequestError(f"Invalid JSON schema: {exc}", param=f"tools[{index}]") from None
 
 
 def _answer_schema(text: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ from typing import Any, Awaitable, Callable, Mapping, MutableMapping
 from openai.types.responses import Response, ResponseCompactionItem
 
 from server.compaction import compacted_response, summary_request
-from server.constraints.rules import output_rules
+from server.constraints.rules import check_schemas, output_rules
 from server.conversation import since_last_compaction, stored_input_items, with_history
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
 from server.errors import GenerationFailed, NotFound, RequestError
@@ -51,10 +51,10 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
     threshold = body.compact_threshold(engine.max_model_len)
     if threshold is not None and len(run.request.prompt_token_ids) > threshold:
         run.before = _compacting(context, conversation, body, fetched)
-    run.slot = context.admission.admit()  # last: a request refused for any other reason takes no place
     link = ConversationLink(context.store, body.conversation) if body.conversation and context.store else None
     keep_items = store is not None or link is not None or earlier is not None
     input_items = stored_input_items(body, context.ids) if keep_items else []
+    run.slot = context.admission.admit()  # last: a request refused for any other reason takes no place
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
     mode = "background" if body.background else "stream" if body.stream else "json"
     mode = "websocket" if earlier is not None else mode
@@ -166,6 +166,7 @@ def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: R
                            param="input")
     engine, path = context.started()
     decoded = request_images(body, engine.input_modalities, fetched)  # before rendering: a bad image names its part
+    check_schemas(conversation)  # before rendering, which writes them out
     rendered = render_to_fit(path.render, conversation, engine.max_model_len)
     images = tuple(sized(decoded[part.image_url] if part.image_url in decoded
                          else load_image(part.image_url, "previous_response_id", fetched), part.detail)

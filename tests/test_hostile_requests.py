@@ -1,0 +1,114 @@
+"""Single hostile requests found by review (issue 32): each is a clear 4xx or a served response, never a 500,
+never a response left running."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from tests.test_harmony import harmony  # noqa: F401  (the fixture)
+from tests.test_images import Vision, image_url, vision  # noqa: F401  (the fixture)
+from tests.test_server import MODEL, Harness, answer_tokens, harness  # noqa: F401  (the fixture)
+from server.config import ServerConfig
+from server.store.factory import open_store
+from server.store.interface import RetentionPolicy
+from server.http.app import create_app
+from server.serving import ServingContext
+from streaming.ids import counting_ids
+from tests.conftest import serve_in_thread
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+
+CALL = {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": "{}"}
+
+
+@pytest.fixture(scope="module")
+def counted(tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Harness, ServingContext]]:
+    """A served app with a store, whose context the test reads (how many responses it holds as running)."""
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
+    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('store') / 'responses.db'}", RetentionPolicy(),
+                       Path("unused"))
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
+                             ids=counting_ids(), store=store)
+    with serve_in_thread(create_app(context)) as base_url:
+        yield Harness(engine, base_url), context
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_output_with_an_extra_numeric_content_is_served_and_not_left_running(
+        counted: tuple[Harness, ServingContext], tokenizer: Any, stream: bool) -> None:
+    served, context = counted
+    served.play(steps_from_tokens(answer_tokens(tokenizer, "Done."), cuts=[1]))
+    output = {"type": "function_call_output", "call_id": "call_1", "output": "42", "content": 7}
+    response = served.post(input=[{"role": "user", "content": "look it up"}, CALL, output], stream=stream)
+    assert response.status_code == 200, response.text
+    assert context.admission.active == 0
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"], "additionalProperties": False}
+    return schema
+
+
+HOSTILE_SCHEMAS = {
+    "an empty anyOf": {"type": "object", "properties": {"a": {"anyOf": []}}, "required": ["a"],
+                       "additionalProperties": False},
+    "250 levels of nesting": _nested(250),
+}
+
+
+@pytest.mark.parametrize("path", ["chat_template", "harmony"])
+@pytest.mark.parametrize("schema", list(HOSTILE_SCHEMAS.values()), ids=list(HOSTILE_SCHEMAS))
+def test_a_schema_the_grammar_cannot_hold_is_a_400_in_plain_words(request: pytest.FixtureRequest, schema: Any,
+                                                                  path: str) -> None:
+    served: Harness = request.getfixturevalue("harness" if path == "chat_template" else "harmony")
+    answer = {"type": "json_schema", "name": "s", "schema": schema}
+    tool = {"type": "function", "name": "f", "parameters": schema, "strict": True}
+    for body, param in (({"text": {"format": answer}}, "text.format.schema"), ({"tools": [tool]}, "tools")):
+        response = httpx.post(f"{served.base_url}/responses", json={"input": "x", **body}, timeout=30)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["param"].startswith(param), error
+        assert ".cc" not in error["message"] and "/project/" not in error["message"], error["message"]
+
+
+def test_schema_errors_do_not_show_the_grammar_engines_source(harness: Harness) -> None:  # noqa: F811
+    schema = {"type": "object", "properties": {"a": {"type": "string", "minLength": 5, "maxLength": 2}},
+              "required": ["a"], "additionalProperties": False}
+    response = harness.post(input="x", text={"format": {"type": "json_schema", "name": "s", "schema": schema}})
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert ".cc:" not in message and "/project/" not in message, message
+
+
+@pytest.mark.parametrize("url", [
+    "http://[example.com/a.png",
+    "http://127.0.0.1\uff03@example.com/a.png",
+    "http://127.0.0.1/a\x01b.png",
+], ids=["open-bracket", "full-width-host", "control-character"])
+def test_a_malformed_image_url_is_a_400_naming_its_part(vision: Vision, url: str) -> None:  # noqa: F811
+    response = vision.post(input=[{"role": "user", "content": [{"type": "input_image", "image_url": url}]}])
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "input[0].content[0]"
+
+
+def test_a_conversation_item_with_an_object_image_url_is_refused(vision: Vision) -> None:  # noqa: F811
+    conversation = httpx.post(f"{vision.base_url}/conversations", json={}, timeout=30).json()["id"]
+    part = {"type": "input_image", "image_url": {"url": image_url(4, 4)}}
+    added = httpx.post(f"{vision.base_url}/conversations/{conversation}/items", timeout=30,
+                       json={"items": [{"role": "user", "content": [part]}]})
+    assert added.status_code == 400, added.text
+    assert added.json()["error"]["param"].startswith("items[0].content[0]")
+    later = vision.post(conversation=conversation, input="What was it?")
+    assert later.status_code == 200, later.text
+
+
+def test_an_object_image_url_in_a_response_input_is_a_400(vision: Vision) -> None:  # noqa: F811
+    part = {"type": "input_image", "image_url": {"url": image_url(4, 4)}}
+    response = vision.post(input=[{"role": "user", "content": [part]}])
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"].startswith("input[0].content[0]")
