@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 import pytest
@@ -104,3 +105,50 @@ def test_schemas_no_bound_can_limit_keep_the_unbudgeted_grammar(schema: dict[str
 def test_a_fixed_part_bigger_than_the_budget_keeps_the_unbudgeted_grammar() -> None:
     assert budget_bounds(PLACE, 200) is None  # its keys, numbers and enum alone take more
     assert json_grammar(PLACE, 200) == json_grammar(PLACE)
+
+
+def test_an_array_that_may_be_null_is_bounded_too() -> None:
+    """`"type": ["array", "null"]` (strict mode's optional field) gets maxItems like any array."""
+    schema = {"type": "object", "additionalProperties": False, "required": ["tags"],
+              "properties": {"tags": {"type": ["array", "null"], "items": {"type": "integer"}}}}
+    grammar = xgrammar.Grammar.from_ebnf(json_grammar(schema, 120))
+    many = json.dumps({"tags": list(range(1000, 1100))}, separators=(",", ":"))
+    assert len(many) > 400 and not accepts(grammar, many)
+
+
+@pytest.mark.parametrize("name", ["examples", "enum", "default", "const"])
+def test_a_property_named_like_a_keyword_is_still_a_schema(name: str) -> None:
+    schema = {"type": "object", "additionalProperties": False, "required": [name],
+              "properties": {name: {"type": "array", "items": {"type": "integer"}}}}
+    grammar = xgrammar.Grammar.from_ebnf(json_grammar(schema, 120))
+    many = json.dumps({name: list(range(1000, 1100))}, separators=(",", ":"))
+    assert len(many) > 400 and not accepts(grammar, many)
+
+
+def _fanned_out(levels: int, fan: int) -> dict[str, Any]:
+    """Each of `levels` $defs has `fan` properties referring to the next one: 'fan ** levels' paths."""
+    defs: dict[str, Any] = {f"d{levels}": {"type": "string", "maxLength": 4}}
+    for level in reversed(range(levels)):
+        defs[f"d{level}"] = {"type": "object", "additionalProperties": False, "required": [f"p{n}" for n in range(fan)],
+                             "properties": {f"p{n}": {"$ref": f"#/$defs/d{level + 1}"} for n in range(fan)}}
+    return {"$defs": defs, "$ref": "#/$defs/d0"}
+
+
+def test_the_budget_search_does_work_in_proportion_to_the_schema() -> None:
+    """Chained $defs that fan out are measured once each, not once per path to them (which is exponential)."""
+    import server.constraints.json_budget as json_budget
+
+    calls = 0
+
+    def count(frame: Any, event: str, _: Any) -> None:
+        nonlocal calls
+        calls += event == "call" and frame.f_code.co_filename == json_budget.__file__
+
+    schema = _fanned_out(levels=7, fan=4)
+    sys.setprofile(count)
+    try:
+        budget_bounds(schema, 200_000)
+    finally:
+        sys.setprofile(None)
+    subschemas = 7 * 4 + 2
+    assert calls < 200 * subschemas, calls  # 4 ** 7 paths is 16,384 per measure, and the search measures often

@@ -3,21 +3,28 @@
 A byte-level token writes at least one byte, so JSON the grammar keeps within `max_output_tokens` bytes always
 closes before the budget ends. The budget is spread evenly over the schema's open strings (no length, enum or
 format of their own) and open arrays (no maxItems); everything else has a size the grammar already fixes.
+
+A schema's worst case is measured as `fixed + per_string * string` bytes (a `Cost`) for a given number of items in
+open arrays: each subschema once, however many `$ref`s lead to it, so the work grows with the schema's size. A
+choice between branches costs the most fixed bytes and the most open strings of any branch: never less than the
+true worst case.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
+
+from server.constraints.schema_shape import with_subschemas_mapped
 
 INTEGER_BYTES = 17  # "-" and at most 16 digits (json_grammar bounds them)
 NUMBER_BYTES = 39  # "-", 16 digits, "." and 16 digits, "e+" and 3 digits
 BOUNDED_FORMAT_BYTES = {"date": 12, "time": 30, "date-time": 40, "uuid": 38, "duration": 40}
 _ITEM_CHOICES = (16, 8, 4, 2, 1)  # open arrays' maxItems, tried from the most generous
 _USEFUL_STRING = 128  # bytes (32 characters): a string bound below this is worth fewer items in arrays
-_MAX_REF_DEPTH = 8
-_SEARCH_CEILING = 1 << 17
+_MAX_DEPTH = 64  # subschemas and $refs followed inside each other; deeper is unbounded (recursion, in practice)
+_STRING_CEILING = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,31 @@ class Bounds:
 
     string_bytes: int
     max_items: int
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A worst-case size in bytes: `fixed`, plus `per_string` times the bytes each open string may hold."""
+
+    fixed: int
+    per_string: int = 0
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(self.fixed + other.fixed, self.per_string + other.per_string)
+
+    def times(self, count: int) -> "Cost":
+        return Cost(self.fixed * count, self.per_string * count)
+
+    def most(self, other: "Cost") -> "Cost":
+        return Cost(max(self.fixed, other.fixed), max(self.per_string, other.per_string))
+
+    def largest_string(self, budget: int) -> int | None:
+        """The most bytes an open string may hold for this size to stay within `budget` (None: not even empty)."""
+        if self.fixed > budget:
+            return None
+        if self.per_string == 0:
+            return _STRING_CEILING
+        return min(_STRING_CEILING, (budget - self.fixed) // self.per_string)
 
 
 class _Unbounded(Exception):
@@ -37,7 +69,7 @@ def budget_bounds(schema: dict[str, Any], budget: int) -> Bounds | None:
     no bounds can promise it (the schema's fixed part alone is too big, or it has parts no bound limits)."""
     try:
         for items in _ITEM_CHOICES:
-            string_bytes = _largest_string(schema, budget, items)
+            string_bytes = _Measure(schema, items).cost(schema, 0).largest_string(budget)
             if string_bytes is not None and (string_bytes >= _USEFUL_STRING or items == _ITEM_CHOICES[-1]):
                 return Bounds(string_bytes, items)
     except _Unbounded:
@@ -47,100 +79,106 @@ def budget_bounds(schema: dict[str, Any], budget: int) -> Bounds | None:
 
 def with_open_arrays_bounded(schema: Any, max_items: int) -> Any:
     """`schema` with `maxItems` set on every array schema that has none."""
-    if isinstance(schema, list):
-        return [with_open_arrays_bounded(value, max_items) for value in schema]
     if not isinstance(schema, dict):
         return schema
-    bounded = {key: with_open_arrays_bounded(value, max_items) if key not in ("enum", "const", "default", "examples")
-               else value for key, value in schema.items()}
-    if _types(schema) == {"array"} and "maxItems" not in schema:
+    bounded = with_subschemas_mapped(schema, lambda child: with_open_arrays_bounded(child, max_items))
+    if "array" in _types(schema) and "maxItems" not in schema:
         bounded["maxItems"] = max(max_items, schema.get("minItems", 0))
     return bounded
 
 
-def _largest_string(schema: dict[str, Any], budget: int, items: int) -> int | None:
-    """The largest open-string size for which the worst case fits the budget (binary search: size grows with it)."""
-    if _size(schema, schema, 0, items, 0) > budget:
-        return None
-    low, high = 0, _SEARCH_CEILING
-    while low < high:
-        middle = (low + high + 1) // 2
-        if _size(schema, schema, middle, items, 0) <= budget:
-            low = middle
-        else:
-            high = middle - 1
-    return low
+class _Measure:
+    """The worst-case cost of a schema's parts with `items` in each open array, each part measured once."""
+
+    def __init__(self, root: dict[str, Any], items: int) -> None:
+        self.root, self.items = root, items
+        self.known: dict[int, Cost] = {}
+        self.open: set[int] = set()  # parts being measured: meeting one again is recursion
+
+    def cost(self, schema: Any, depth: int) -> Cost:
+        if depth > _MAX_DEPTH:
+            raise _Unbounded("too deep")
+        key = id(schema)
+        if key in self.known:
+            return self.known[key]
+        if key in self.open:
+            raise _Unbounded("a recursive $ref")
+        self.open.add(key)
+        self.known[key] = cost = self._measured(schema, depth)
+        self.open.discard(key)
+        return cost
+
+    def _measured(self, schema: Any, depth: int) -> Cost:
+        if schema is True or schema == {}:
+            raise _Unbounded("any value")
+        if not isinstance(schema, dict):
+            raise _Unbounded("not a schema")
+        if "$ref" in schema:
+            return self.cost(_resolve(schema["$ref"], self.root), depth + 1)
+        if "const" in schema:
+            return Cost(_json_bytes(schema["const"]))
+        if "enum" in schema:
+            return Cost(max(_json_bytes(value) for value in schema["enum"]))
+        for key in ("anyOf", "oneOf"):
+            if key in schema:
+                return _most(self.cost(branch, depth + 1) for branch in schema[key])
+        if "allOf" in schema or "not" in schema or "if" in schema:
+            raise _Unbounded("combined schemas")
+        kinds = _types(schema)
+        if not kinds:
+            raise _Unbounded("no type")
+        return _most(self._typed(kind, schema, depth) for kind in kinds)
+
+    def _typed(self, kind: str, schema: dict[str, Any], depth: int) -> Cost:
+        if kind in _SCALAR_BYTES:
+            return Cost(_SCALAR_BYTES[kind])
+        if kind == "string":
+            return _string_cost(schema)
+        if kind == "array":
+            return self._array(schema, depth)
+        if kind == "object":
+            return self._object(schema, depth)
+        raise _Unbounded(f"type {kind}")
+
+    def _array(self, schema: dict[str, Any], depth: int) -> Cost:
+        if "prefixItems" in schema or not isinstance(schema.get("items"), dict):
+            raise _Unbounded("an array of anything")
+        count = int(schema.get("maxItems", max(self.items, schema.get("minItems", 0))))
+        if count == 0:
+            return Cost(2)
+        item = self.cost(schema["items"], depth + 1)
+        return item.times(count) + Cost(2 + 2 * (count - 1))  # "[", "]", ", " between items
+
+    def _object(self, schema: dict[str, Any], depth: int) -> Cost:
+        if schema.get("additionalProperties") not in (None, False) or "patternProperties" in schema:
+            raise _Unbounded("an object with free properties")
+        properties = schema.get("properties") or {}
+        total = Cost(2 + 2 * max(len(properties) - 1, 0))  # "{", "}", ", " between fields
+        for name, value in properties.items():
+            total += Cost(_json_bytes(name) + 2) + self.cost(value, depth + 1)  # the key and ": "
+        return total
 
 
-def _size(schema: Any, root: dict[str, Any], string: int, items: int, depth: int) -> int:
-    if schema is True or schema == {}:
-        raise _Unbounded("any value")
-    if not isinstance(schema, dict):
-        raise _Unbounded("not a schema")
-    if "$ref" in schema:
-        return _size(_resolve(schema["$ref"], root, depth), root, string, items, depth + 1)
-    if "const" in schema:
-        return _json_bytes(schema["const"])
-    if "enum" in schema:
-        return max(_json_bytes(value) for value in schema["enum"])
-    for key in ("anyOf", "oneOf"):
-        if key in schema:
-            return max(_size(branch, root, string, items, depth)
-                       for branch in schema[key])
-    if "allOf" in schema or "not" in schema or "if" in schema:
-        raise _Unbounded("combined schemas")
-    kinds = _types(schema)
-    if not kinds:
-        raise _Unbounded("no type")
-    return max(_typed_size(kind, schema, root, string, items, depth) for kind in kinds)
+_SCALAR_BYTES = {"integer": INTEGER_BYTES, "number": NUMBER_BYTES, "boolean": 5, "null": 4}
 
 
-def _typed_size(kind: str, schema: dict[str, Any], root: dict[str, Any], string: int, items: int,
-                depth: int) -> int:
-    if kind == "string":
-        return _string_size(schema, string)
-    if kind == "integer":
-        return INTEGER_BYTES
-    if kind == "number":
-        return NUMBER_BYTES
-    if kind == "boolean":
-        return 5
-    if kind == "null":
-        return 4
-    if kind == "array":
-        return _array_size(schema, root, string, items, depth)
-    if kind == "object":
-        return _object_size(schema, root, string, items, depth)
-    raise _Unbounded(f"type {kind}")
+def _most(costs: Iterable[Cost]) -> Cost:
+    result = Cost(0)
+    for cost in costs:
+        result = result.most(cost)
+    return result
 
 
-def _string_size(schema: dict[str, Any], string: int) -> int:
+def _string_cost(schema: dict[str, Any]) -> Cost:
     if "maxLength" in schema:
-        return 2 + 6 * int(schema["maxLength"])  # a character may be written as a 6-byte \uXXXX escape
+        return Cost(2 + 6 * int(schema["maxLength"]))  # a character may be written as a 6-byte \uXXXX escape
     if "pattern" in schema:
         raise _Unbounded("a pattern")
     if "format" in schema:
         if schema["format"] not in BOUNDED_FORMAT_BYTES:
             raise _Unbounded(f"format {schema['format']}")
-        return BOUNDED_FORMAT_BYTES[schema["format"]]
-    return 2 + string
-
-
-def _array_size(schema: dict[str, Any], root: dict[str, Any], string: int, items: int, depth: int) -> int:
-    if "prefixItems" in schema or not isinstance(schema.get("items"), dict):
-        raise _Unbounded("an array of anything")
-    count = int(schema.get("maxItems", max(items, schema.get("minItems", 0))))
-    if count == 0:
-        return 2
-    return 2 + count * _size(schema["items"], root, string, items, depth) + 2 * (count - 1)  # "[", "]", ", "
-
-
-def _object_size(schema: dict[str, Any], root: dict[str, Any], string: int, items: int, depth: int) -> int:
-    if schema.get("additionalProperties") not in (None, False) or "patternProperties" in schema:
-        raise _Unbounded("an object with free properties")
-    properties = schema.get("properties") or {}
-    fields = [_json_bytes(name) + 2 + _size(value, root, string, items, depth) for name, value in properties.items()]
-    return 2 + sum(fields) + 2 * max(len(fields) - 1, 0)  # "{", "}", ": " after each key, ", " between fields
+        return Cost(BOUNDED_FORMAT_BYTES[schema["format"]])
+    return Cost(2, 1)
 
 
 def _types(schema: dict[str, Any]) -> set[str]:
@@ -152,9 +190,9 @@ def _types(schema: dict[str, Any]) -> set[str]:
     return {"object"} if "properties" in schema else set()
 
 
-def _resolve(ref: str, root: dict[str, Any], depth: int) -> Any:
-    if depth >= _MAX_REF_DEPTH or not ref.startswith("#/"):
-        raise _Unbounded("a recursive or remote $ref")
+def _resolve(ref: Any, root: dict[str, Any]) -> Any:
+    if not isinstance(ref, str) or not ref.startswith("#/"):
+        raise _Unbounded("a remote $ref")
     target: Any = root
     for part in ref[2:].split("/"):
         target = target.get(part.replace("~1", "/").replace("~0", "~")) if isinstance(target, dict) else None

@@ -1,9 +1,9 @@
-"""Bounds on a JSON schema's shape (nesting depth, subschema count), checked in one pass without recursion before
-any grammar is built, so that every later walk of the schema is bounded by them."""
+"""Where a JSON schema's subschemas are (by keyword), and bounds on its shape (nesting depth, subschema count),
+checked in one pass without recursion before any grammar is built, so that every later walk is bounded by them."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 MAX_SCHEMA_DEPTH = 32  # subschemas inside subschemas (OpenAI's strict mode allows 10 levels of objects)
 MAX_SCHEMA_NODES = 5_000  # subschemas in all (OpenAI's strict mode allows 5,000 properties)
@@ -48,3 +48,19 @@ def _subschemas(node: dict[str, Any]) -> Iterator[tuple[str, Any]]:
         if isinstance(node.get(key), (dict, list)):
             children = node[key] if isinstance(node[key], list) else [node[key]]
             yield from ((key, child) for child in children)
+
+
+def with_subschemas_mapped(node: dict[str, Any], change: Callable[[Any], Any]) -> dict[str, Any]:
+    """`node` with `change` applied to each of its direct subschemas; every other keyword (`enum`, `const`,
+    `default`, `examples`, ...) is kept as it is, and so is a property whose name is one of those words."""
+    mapped = dict(node)
+    for key in _MAPS_OF_SCHEMAS:
+        if isinstance(node.get(key), dict):
+            mapped[key] = {name: change(child) for name, child in node[key].items()}
+    for key in _LISTS_OF_SCHEMAS + _SCHEMAS:
+        if isinstance(node.get(key), list):
+            mapped[key] = [change(child) for child in node[key]]
+    for key in _SCHEMAS:
+        if isinstance(node.get(key), dict):
+            mapped[key] = change(node[key])
+    return mapped
