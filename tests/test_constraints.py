@@ -317,8 +317,10 @@ def _budgeted(budget: int, **fields: Any) -> OutputRules:
 @pytest.mark.parametrize("budget", [256, 512, 2048])
 def test_a_called_tools_arguments_close_within_the_output_budget(budget: int) -> None:
     """A string argument the model never ends (as SmolLM2 once wrote a `tz`) must still close: the grammar refuses
-    a first call longer than `max_output_tokens` bytes (each token writes at least one byte)."""
-    tag = chat_structural_tag(_budgeted(budget, tools=[TIME], tool_choice="required"), CALL_SYNTAX["hermes"])
+    a first call longer than `max_output_tokens` bytes (each token writes at least one byte). One call may be made,
+    so it has the whole budget."""
+    tag = chat_structural_tag(_budgeted(budget, tools=[TIME], tool_choice="required", parallel_tool_calls=False),
+                              CALL_SYNTAX["hermes"])
     assert tag is not None
     grammar = xgrammar.Grammar.from_structural_tag(tag)
 
@@ -524,3 +526,24 @@ def test_a_free_custom_call_closes_within_the_output_budget() -> None:
         assert written <= budget, "the body ran past the budget"
     assert matcher.accept_token(end) and written + 1 <= budget
     assert EARLIER_MESSAGES * (per_message + MESSAGE_OVERHEAD) < budget
+
+
+@pytest.mark.parametrize("budget", [256, 1024, 4096])
+def test_parallel_calls_together_close_within_the_output_budget(budget: int) -> None:
+    """Each call's arguments are bounded by its share of the budget, so the last of several calls still closes."""
+    tag = chat_structural_tag(_budgeted(budget, tools=[TIME], tool_choice="required"), CALL_SYNTAX["hermes"])
+    assert tag is not None
+    grammar = xgrammar.Grammar.from_structural_tag(tag)
+
+    def call(tz: str) -> str:
+        return HERMES_TIME.replace('"CET"', json.dumps(tz))
+
+    low, high = 0, budget  # the longest run of "x" one call accepts
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if accepts(grammar, call("x" * middle)) else (low, middle - 1)
+    longest = call("x" * low)
+    calls = GRAMMAR_CALL_LIMIT
+    while calls > 1 and not accepts(grammar, "\n".join([longest] * calls)):
+        calls -= 1  # the most calls of that length the grammar accepts
+    assert len("\n".join([longest] * calls).encode()) <= budget

@@ -18,6 +18,8 @@ Format = dict[str, Any]
 # Calls in one answer when a grammar writes them and the request sets no limit: a small model can otherwise
 # repeat a call until the context is full.
 GRAMMAR_CALL_LIMIT = 8
+# Bytes a call gets at least when the output budget is shared between parallel calls: fewer calls, not smaller.
+MIN_CALL_BYTES = 256
 
 
 @dataclass(frozen=True)
@@ -55,8 +57,8 @@ def chat_structural_tag(rules: OutputRules, syntax: CallSyntax | None) -> str | 
         return _structural_tag(answer)
     if syntax is None:
         raise ValueError("this tool-call format has no grammar")
-    tags = [_call_tag(syntax, name, schema, rules.answer_budget) for name, schema in calls.schemas.items()]
-    limit = rules.max_calls or GRAMMAR_CALL_LIMIT
+    limit, per_call = calls_within(rules.max_calls or GRAMMAR_CALL_LIMIT, rules.answer_budget, syntax.separator)
+    tags = [_call_tag(syntax, name, schema, per_call) for name, schema in calls.schemas.items()]
     if calls.required:
         return _structural_tag(_calls_only(tags, syntax, limit))
     if answer is not None:  # a JSON answer, or calls
@@ -69,6 +71,15 @@ def grammar_format(schema: dict[str, Any], budget: int | None = None) -> Format:
     """A structural-tag element holding JSON valid against `schema`, with bounded numbers and no free whitespace
     (and no longer than `budget` bytes, when the schema allows a bound)."""
     return {"type": "grammar", "grammar": json_grammar(schema, budget)}
+
+
+def calls_within(limit: int, budget: int | None, separator: str) -> tuple[int, int | None]:
+    """(calls at most, bytes each may take) so that `limit` calls or fewer, with separators, fit the output budget:
+    the budget is shared evenly, and calls are fewer when a share would fall below MIN_CALL_BYTES."""
+    if budget is None:
+        return limit, None
+    calls = max(1, min(limit, budget // MIN_CALL_BYTES))
+    return calls, budget // calls - len(separator.encode())
 
 
 def call_budget(budget: int | None, *fixed: str) -> int | None:
