@@ -547,3 +547,38 @@ def test_parallel_calls_together_close_within_the_output_budget(budget: int) -> 
     while calls > 1 and not accepts(grammar, "\n".join([longest] * calls)):
         calls -= 1  # the most calls of that length the grammar accepts
     assert len("\n".join([longest] * calls).encode()) <= budget
+
+
+def test_chat_reasoning_leaves_the_json_answer_its_budget(tokenizer: Any) -> None:
+    """On a chat-template reasoning model, vLLM ends thinking at its token budget (forcing the end string), and the
+    JSON answer after it is bounded by what is left: together they close within max_output_tokens."""
+    from server.constraints.chat import REASONING_END_TOKENS
+    from server.paths.chat_template import ChatTemplatePath
+
+    budget = 400
+    path = ChatTemplatePath(tokenizer, ServerConfig(served_model_name="m", reasoning_parser="qwen3"))
+    city = {"type": "object", "additionalProperties": False, "required": ["city"],
+            "properties": {"city": {"type": "string"}}}
+    rules = _budgeted(budget, text={"format": {"type": "json_schema", "name": "c", "schema": city}})
+    thinking = path.thinking_budget(rules)
+    assert thinking is not None and 0 < thinking < budget
+    tag = path.structural_tag(rules)
+    assert tag is not None
+    grammar = xgrammar.Grammar.from_structural_tag(tag)
+    low, high = 0, budget  # the longest city name the answer's grammar accepts
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if accepts(grammar, json.dumps({"city": "x" * middle})) else (low, middle - 1)
+    assert low > 0
+    answer = len(json.dumps({"city": "x" * low}).encode())
+    assert thinking + REASONING_END_TOKENS + answer <= budget
+    free = ChatTemplatePath(tokenizer, ServerConfig(served_model_name="m"))
+    assert free.thinking_budget(rules) is None  # no reasoning parser: no thinking to bound
+
+
+def test_the_engine_gets_the_thinking_budget() -> None:
+    from server.engine.interface import EngineRequest, SamplingSettings
+    from server.engine.vllm_engine import _sampling_params
+
+    params = _sampling_params(EngineRequest("r", [1], SamplingSettings(max_tokens=10, thinking_token_budget=4)), 100)
+    assert params.thinking_token_budget == 4

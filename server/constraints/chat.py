@@ -20,6 +20,7 @@ Format = dict[str, Any]
 GRAMMAR_CALL_LIMIT = 8
 # Bytes a call gets at least when the output budget is shared between parallel calls: fewer calls, not smaller.
 MIN_CALL_BYTES = 256
+REASONING_END_TOKENS = 16  # the end string vLLM writes when thinking reaches its budget (`</think>`), at most
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,17 @@ def chat_structural_tag(rules: OutputRules, syntax: CallSyntax | None) -> str | 
         return _structural_tag({"type": "or", "elements": [answer, _calls_only(tags, syntax, limit)]})
     return _structural_tag({"type": "triggered_tags", "triggers": [syntax.trigger], "tags": tags,
                             "stop_after_first": limit == 1})
+
+
+def thinking_shares(budget: int | None) -> tuple[int | None, int | None]:
+    """(tokens thinking may take, bytes the answer or calls after it may take) under an output budget in tokens.
+
+    vLLM ends a chat-template model's thinking at its `thinking_token_budget` by writing the reasoning end string;
+    half the budget goes to thinking, and what follows it is bounded by the rest, so it still closes."""
+    if budget is None:
+        return None, None
+    thinking = budget // 2
+    return thinking, max(budget - thinking - REASONING_END_TOKENS, 1)
 
 
 def grammar_format(schema: dict[str, Any], budget: int | None = None) -> Format:

@@ -28,6 +28,7 @@ class SamplingSettings:
     stop_token_ids: tuple[int, ...] = ()
     banned_token_ids: tuple[int, ...] = ()  # never sampled (ids past the model's vocabulary are ignored)
     structural_tag: str | None = None  # an xgrammar structural tag (JSON) the output must follow
+    thinking_token_budget: int | None = None  # reasoning tokens before the engine ends the reasoning (vLLM's)
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ class VllmEngine:
 
     async def prefill(self, request: EngineRequest) -> Prefilled:
         """The prompt is computed as for generation; vLLM samples at least one token, which is dropped."""
-        sampling = replace(request.sampling, max_tokens=1, logprobs=None, structural_tag=None)
+        sampling = replace(request.sampling, max_tokens=1, logprobs=None, structural_tag=None, thinking_token_budget=None)
         prompt_tokens, cached = len(request.prompt_token_ids), 0
         async with aclosing(self.generate(replace(request, sampling=sampling))) as steps:  # closing aborts
             async for step in steps:
@@ -227,6 +227,8 @@ def _sampling_params(request: EngineRequest, vocab_size: int) -> Any:
         options["stop_token_ids"] = list(sampling.stop_token_ids)
     if sampling.banned_token_ids:
         options["logit_bias"] = _banned(sampling.banned_token_ids, vocab_size)
+    if sampling.thinking_token_budget is not None:
+        options["thinking_token_budget"] = sampling.thinking_token_budget
     if sampling.structural_tag is not None:
         from vllm.sampling_params import StructuredOutputsParams
 

@@ -33,6 +33,10 @@ class ModelPath(Protocol):
         """The grammar (an xgrammar structural tag) that makes the output follow `rules`; None: free output."""
         ...
 
+    def thinking_budget(self, rules: OutputRules) -> int | None:
+        """The tokens the engine lets reasoning take before it ends it (None: unbounded, or bounded by the grammar)."""
+        ...
+
     def new_parser(self, rendered: RenderedPrompt) -> OutputParser: ...
 
     def new_decoder(self) -> IncrementalDecoder | None:

@@ -3,6 +3,7 @@ or vLLM's through an adapter) read the decoded text."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from parsers.base import OutputParser
@@ -15,7 +16,7 @@ from parsers.registry import (
     make_chat_parser,
 )
 from server.config import ServerConfig
-from server.constraints.chat import CALL_SYNTAX, chat_structural_tag
+from server.constraints.chat import CALL_SYNTAX, chat_structural_tag, thinking_shares
 from server.constraints.rules import OutputRules
 from server.errors import RequestError
 from server.paths.base import RenderedPrompt
@@ -38,11 +39,19 @@ class ChatTemplatePath:
 
     def structural_tag(self, rules: OutputRules) -> str | None:
         parser = self._config.tool_call_parser or DEFAULT_TOOL_CALL_PARSER
+        if self._config.reasoning_parser:  # the grammar starts after thinking, in the budget thinking leaves
+            rules = replace(rules, answer_budget=thinking_shares(rules.answer_budget)[1])
         try:
             return chat_structural_tag(rules, CALL_SYNTAX.get(parser))
         except ValueError:
             raise RequestError(f"This tool_choice needs a grammar for the tool-call format '{parser}', which this server "
                            f"does not have (it has: {', '.join(CALL_SYNTAX)}).", param="tool_choice") from None
+
+    def thinking_budget(self, rules: OutputRules) -> int | None:
+        """Thinking is bounded by the engine when a grammar follows it (a reasoning model only)."""
+        if not self._config.reasoning_parser or not rules.needs_grammar:
+            return None
+        return thinking_shares(rules.answer_budget)[0]
 
     def new_parser(self, rendered: RenderedPrompt) -> OutputParser:
         return make_chat_parser(self._config.reasoning_parser, self._tool_parsers, rendered.text, rendered.tools)

@@ -63,6 +63,9 @@ class HarmonyPath:
     def structural_tag(self, rules: OutputRules) -> str | None:
         return harmony_structural_tag(rules, self._special_token)
 
+    def thinking_budget(self, rules: OutputRules) -> int | None:
+        return None  # the grammar bounds analysis and preambles itself (server/constraints/harmony.py)
+
     def _special_token(self, text: str) -> int:
         (token_id,) = self._encoding.encode(text, allowed_special="all")
         return token_id

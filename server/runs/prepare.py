@@ -183,6 +183,7 @@ def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: R
         banned_token_ids=rendered.banned_token_ids,
         logprobs=logprobs,
         structural_tag=path.structural_tag(rules),
+        thinking_token_budget=path.thinking_budget(rules),
         **sampling_values(body, engine.sampling_defaults),
     )
     settings = response_settings(body, served, sampling, cap)
