@@ -112,3 +112,27 @@ def test_an_object_image_url_in_a_response_input_is_a_400(vision: Vision) -> Non
     response = vision.post(input=[{"role": "user", "content": [part]}])
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"].startswith("input[0].content[0]")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_compaction_that_fails_ends_the_response_failed_and_stored(
+        counted: tuple[Harness, ServingContext], tokenizer: Any, stream: bool) -> None:
+    """The request fits with its own small max_output_tokens, but not with the summary's 512: compaction fails
+    after response.created, so the response ends failed, as stored, saying why in the client's terms."""
+    served, context = counted
+    served.play(steps_from_tokens(answer_tokens(tokenizer, "A summary."), cuts=[1]))
+    instructions = "word " * (served.engine.max_model_len - 350)  # kept whole in the summary's prompt too
+    body = {"model": MODEL, "instructions": instructions, "input": "Go on.", "stream": stream,
+            "max_output_tokens": 16, "context_management": [{"type": "compaction", "compact_threshold": 1000}]}
+    if stream:
+        events = served.raw_stream(**{key: value for key, value in body.items() if key not in ("model", "stream")})
+        assert [event["type"] for event in events] == ["response.created", "response.in_progress", "response.failed"]
+        final = events[-1]["response"]
+    else:
+        answer = httpx.post(f"{served.base_url}/responses", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        final = answer.json()
+    assert final["status"] == "failed" and "compaction" in final["error"]["message"].lower(), final["error"]
+    stored = httpx.get(f"{served.base_url}/responses/{final['id']}", timeout=30)
+    assert stored.status_code == 200 and stored.json()["status"] == "failed"
+    assert context.admission.active == 0

@@ -14,7 +14,7 @@ from parsers.base import OutputParser
 from parsers.decoder import IncrementalDecoder
 from parsers.deltas import ItemEnded, OutputText, TokenLogprob, ToolCallStarted
 from server.engine.interface import Engine, EngineRequest, EngineStep, StepLogprob
-from server.errors import GenerationFailed
+from server.errors import GenerationFailed, RequestError
 from server.runs.admission import Slot
 from streaming.builder import ResponseBuilder
 from streaming.outcome import Finished, Usage
@@ -186,8 +186,8 @@ class ResponseRun:
         if self.before is not None:
             try:
                 continuation = await self.before()
-            except GenerationFailed as failed:
-                for event in self._finish(Finished("error", error_message=failed.message)):
+            except Exception as exc:  # after response.created: the response ends failed, saying why
+                for event in self._finish(Finished("error", error_message=self._compaction_failure(exc))):
                     yield event
                 return
             for event in self.builder.add_item(continuation.item):
@@ -231,6 +231,15 @@ class ResponseRun:
         finished = finished or Finished("error", error_message="the engine stopped without a finish reason")
         for event in self._finish(finished):
             yield event
+
+    def _compaction_failure(self, exc: Exception) -> str:
+        """What the client is told when the step before generation (an automatic compaction) failed."""
+        if isinstance(exc, GenerationFailed):
+            return exc.message
+        if isinstance(exc, RequestError):  # the summary's own request, refused: said as the compaction's
+            return f"Compaction failed: {exc.message}"
+        logger.error("response %s: its automatic compaction failed", self.builder.response_id, exc_info=exc)
+        return GENERATION_FAILED
 
     def cancelled(self) -> list[ResponseStreamEvent]:
         """The terminal events of a run whose iteration was cancelled (a background response's cancel)."""
