@@ -390,6 +390,49 @@ def test_a_steer_during_a_tool_call_waits_for_its_output(served: Served, tokeniz
     assert "And in Berlin?" in prompt and "18C" in prompt and "Weather in Paris?" in prompt
 
 
+def test_a_steer_sent_while_the_continuation_is_prepared_is_not_lost(served: Served, tokenizer: Any,
+                                                                    monkeypatch: Any) -> None:
+    """A steer of a response waiting for tool output, accepted while that output's continuation is being prepared
+    (a store round trip, a fetch), steers the continuation: its input reaches a later prompt, or it fails, aloud."""
+    import server.http.socket_session as socket_session
+
+    served.engine.step_delay = 0.05
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    served.engine.scripts = [one_token_steps(tokenizer, call),
+                             one_token_steps(tokenizer, "Sunny in Paris and in Berlin, all day long."),
+                             steps_from_tokens(tokens(tokenizer, "Rome too."), [])]
+    socket = Socket(served.base_url)
+    socket.send({"type": "response.create", "model": MODEL, "input": "Weather in Paris?", "tools": [WEATHER_TOOL],
+                 "store": False})
+    target = socket.recv()["response"]["id"]
+    while socket.recv()["type"] != "response.function_call_arguments.delta":
+        pass
+    socket.send({"type": "response.steer", "previous_response_id": target, "input": "And in Berlin?"})
+    events = [socket.recv()]
+    while events[-1]["type"] != "response.steer.pending":
+        events.append(socket.recv())
+    completed = next(event for event in events if event["type"] == "response.completed")["response"]
+    call_id = completed["output"][-1]["call_id"]
+    prepare = socket_session.prepare_stored_run
+
+    async def slow_prepare(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.5)  # as a store round trip or an image fetch would take
+        return await prepare(*args, **kwargs)
+
+    monkeypatch.setattr(socket_session, "prepare_stored_run", slow_prepare)
+    socket.send({"type": "response.create", "model": MODEL, "store": False, "previous_response_id": target,
+                 "tools": [WEATHER_TOOL], "input": [{"type": "function_call_output", "call_id": call_id,
+                                                     "output": "18C"}]})
+    socket.send({"type": "response.steer", "previous_response_id": target, "input": "And in Rome?"})
+    events = []
+    while not any(event["type"] == "response.steer.failed" for event in events) and not (
+            len([e for e in events if e["type"] in ("response.completed", "response.incomplete")]) == 2):
+        events.append(socket.recv(timeout=10))
+    failed = [event for event in events if event["type"] == "response.steer.failed"]
+    prompts = [tokenizer.decode(request.prompt_token_ids) for request in served.engine.requests]
+    assert failed or any("And in Rome?" in prompt for prompt in prompts), [e["type"] for e in events]
+
+
 def test_steers_that_cannot_be_taken_fail_with_the_sdk_codes(served: Served, tokenizer: Any) -> None:
     socket = Socket(served.base_url)
     socket.send({"type": "response.steer", "previous_response_id": "resp_unknown", "input": "hi"})

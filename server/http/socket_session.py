@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable
 
 from pydantic import ValidationError
@@ -150,7 +150,7 @@ class SocketSession:
         """Prepare and stream one response; then start the successor its steering asks for. `steers`: those the
         response commits (it is their successor)."""
         continues = lane.awaiting is not None and event.get("previous_response_id") == lane.awaiting
-        queued = lane.steers if continues else []
+        queued = list(lane.steers) if continues else []  # a copy: more may be accepted while this is prepared
         if queued:  # the explicit continuation of a response that waited for tool output: steering input first
             steering_input = [item for steer in queued for item in steer.items]
             event = {**event, "input": steering_input + _as_items(event.get("input"))}
@@ -164,13 +164,18 @@ class SocketSession:
             if steers:
                 return await self._steers_failed(lane, steers, "successor_creation_failed", api_error_of(exc).message)
             return await self.error(exc, lane)
-        if queued:
-            lane.steers, lane.awaiting, lane.stubs = [], None, []
+        late: list[Steer] = []
+        if queued:  # steers accepted while this was prepared were not in its input: they steer it instead
+            late = [replace(steer, previous_response_id=stored.response_id) for steer in lane.steers
+                    if steer not in queued]
+            lane.steers, lane.awaiting, lane.stubs = late, None, []
         logger.info("WebSocket response.create -> %s (lane %s, previous_response_id %s, store %s, generate %s, "
                     "%d input items)", stored.response_id, lane.stream_id, body.previous_response_id, body.store,
                     generate, len(body.input_items()))
         lane.running = stored
         lane.steerable = body.conversation is None and not body.context_management
+        if late:
+            stored.steer()
         try:
             async for sent, data in stored.events():
                 WEBSOCKET_EVENTS.labels("out", sent.type).inc()
