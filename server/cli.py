@@ -15,7 +15,7 @@ from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS
 from server.paths.chat_template import check_tool_call_parser
 from server.config import ServerConfig
 from server.http.auth import api_keys
-from server.sealing import sealer_from
+from server.history.sealing import sealer_from
 from server.store.factory import open_store
 from server.store.interface import RetentionPolicy
 

@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from parsers.tools import model_name
-from server.files import file_text
+from server.attachments.files import file_text
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
@@ -57,7 +57,7 @@ class ContentPart(_Lenient):
     text: str | None = None
     refusal: str | None = None
     image_url: str | None = None  # an input_image's (a data URL or a URL), checked when the image is decoded
-    detail: Literal["low", "high", "auto", "original"] | None = None  # an input_image's; see server/media.py
+    detail: Literal["low", "high", "auto", "original"] | None = None  # an input_image's; see server/attachments/media.py
     _file_text: str | None = PrivateAttr(default=None)  # an input_file's text (the part is stored as sent)
 
     @field_validator("type")

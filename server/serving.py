@@ -17,7 +17,7 @@ from server.paths.choice import choose_path
 from server.runs.admission import Admission
 from server.runs.background import BackgroundRuns
 from server.runs.pending_saves import PendingSaves
-from server.sealing import Sealer
+from server.history.sealing import Sealer
 from server.store.interface import ResponseStore
 from streaming.builder import ResponseBuilder
 from streaming.ids import IdFactory, random_id

@@ -7,8 +7,8 @@ from typing import Any
 import httpx
 import openai
 
-from server.compaction import SUMMARY_INSTRUCTION
-from server.sealing import Sealer
+from server.history.compaction import SUMMARY_INSTRUCTION
+from server.history.sealing import Sealer
 from tests.test_server import MODEL, SEALER, Harness, harness  # noqa: F401  (the fixture)
 from tests.test_store import say
 from conformance.contract import validate_events

@@ -18,7 +18,7 @@ from server.config import ServerConfig
 from server.paths.harmony import HarmonyPath, harmony_conversation, harmony_encoding
 from server.paths.tools import tool_table
 from server.engine.recording import Recording
-from server.sealing import Sealer
+from server.history.sealing import Sealer
 from server.requests import ResponsesRequest
 from streaming.ids import counting_ids
 from tests.conftest import free_port, serve_in_thread

@@ -208,7 +208,7 @@ def test_an_image_url_is_fetched_from_an_allowed_domain(vision: Vision, images_a
 ], ids=["another-domain", "missing", "redirect", "too-large", "not-an-image", "unreachable"])
 def test_an_image_url_that_cannot_be_used_is_a_400_naming_its_part(vision: Vision, images_at: str, where: str,
                                                                    message: str, monkeypatch: Any) -> None:
-    monkeypatch.setattr("server.media_fetch.MAX_IMAGE_BYTES", 1024 * 1024)
+    monkeypatch.setattr("server.attachments.media_fetch.MAX_IMAGE_BYTES", 1024 * 1024)
     url = where.format(root=images_at, port=images_at.rsplit(":", 1)[1])
     response = vision.post(input=[_user({"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": url})])
     assert response.status_code == 400, response.text

@@ -16,7 +16,7 @@ import pytest
 from server.config import ServerConfig
 from server.http.app import create_app
 from server.http.auth import api_keys
-from server.sealing import Sealer, sealer_from
+from server.history.sealing import Sealer, sealer_from
 from server.serving import ServingContext
 from server.store.sqlite import SqliteStore
 from tests.conftest import serve_in_thread

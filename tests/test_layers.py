@@ -32,7 +32,7 @@ def test_the_layering_contracts_are_kept() -> None:
 
 
 @pytest.mark.parametrize(("module", "back_import", "contract"), [
-    ("server/truncation.py", "import server.http.errors", "only the HTTP layer itself"),
+    ("server/history/truncation.py", "import server.http.errors", "only the HTTP layer itself"),
     ("parsers/hermes.py", "import streaming.builder", "parsers know nothing"),
     ("server/store/rows.py", "import server.runs.generation", "the store and the engine"),
     ("server/runs/prepare.py", "import fastapi", "the domain knows nothing of the web framework"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from server.sealing import KEY_FILE, PREFIX, SealError, Sealer, sealer_from
+from server.history.sealing import KEY_FILE, PREFIX, SealError, Sealer, sealer_from
 
 PAYLOAD = {"text": "The user wants the weather; call the tool first."}
 

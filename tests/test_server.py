@@ -16,7 +16,7 @@ from server.http.app import create_app
 from server.serving import ServingContext
 from server.config import ServerConfig
 from server.engine.interface import EngineStep, StepLogprob
-from server.sealing import Sealer
+from server.history.sealing import Sealer
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from tests.helpers import collapsed_types, without_volatile

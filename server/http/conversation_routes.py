@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 
-from server.conversation import stored_items, validated_items
+from server.history.conversation import stored_items, validated_items
 from server.http.bodies import json_object
 from server.http.context import required_store, serving_context
 from server.http.errors import APIError

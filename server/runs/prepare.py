@@ -9,22 +9,22 @@ from typing import Any, Awaitable, Callable, Mapping, MutableMapping
 
 from openai.types.responses import Response, ResponseCompactionItem
 
-from server.compaction import compacted_response, summary_request
+from server.history.compaction import compacted_response, summary_request
 from server.constraints.rules import check_schemas, output_rules
-from server.conversation import since_last_compaction, stored_input_items, with_history
+from server.history.conversation import since_last_compaction, stored_input_items, with_history
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
 from server.errors import GenerationFailed, NotFound, RequestError
-from server.media import image_parts, load_image, request_images, sized
-from server.media_fetch import fetch_images
+from server.attachments.media import image_parts, load_image, request_images, sized
+from server.attachments.media_fetch import fetch_images
 from server.paths.tools import tool_definitions
 from server.requests import CompactionItem, ResponsesRequest
 from server.runs.echoed_settings import response_settings
 from server.runs.generation import Continuation, ResponseRun
 from server.runs.stored_run import ConversationLink, StoredRun
-from server.sealed_items import open_sealed_items, reasoning_sealer
+from server.history.sealed_items import open_sealed_items, reasoning_sealer
 from server.serving import ServingContext
 from server.store.interface import StoredResponse
-from server.truncation import check_expanded_fits, render_to_fit
+from server.history.truncation import check_expanded_fits, render_to_fit
 from streaming.builder import ResponseBuilder
 from streaming.outcome import Usage
 

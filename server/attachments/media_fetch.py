@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from server.errors import RequestError
-from server.media import MAX_IMAGE_BYTES
+from server.attachments.media import MAX_IMAGE_BYTES
 
 FETCH_TIMEOUT_SECONDS = 10.0
 

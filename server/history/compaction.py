@@ -8,8 +8,8 @@ from typing import Any
 from openai.types.responses import Response
 
 from server.requests import MessageItem, ResponsesRequest
-from server.sealed_items import seal_compaction
-from server.sealing import Sealer
+from server.history.sealed_items import seal_compaction
+from server.history.sealing import Sealer
 from streaming.ids import ITEM_PREFIXES, RESPONSE, IdFactory
 
 SUMMARY_INSTRUCTION = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 
-from server.data_urls import DataUrl, DataUrlError
+from server.attachments.data_urls import DataUrl, DataUrlError
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 TEXT_TYPES = frozenset({"application/json", "application/xml", "application/x-yaml", "application/yaml",

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from server.errors import RequestError
 from server.requests import CompactionItem, ContentPart, MessageItem, ReasoningItem, ResponsesRequest
-from server.sealing import SealError, Sealer
+from server.history.sealing import SealError, Sealer
 
 REASONING_PURPOSE = "reasoning"
 COMPACTION_PURPOSE = "compaction"

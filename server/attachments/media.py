@@ -6,7 +6,7 @@ import io
 from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
-from server.data_urls import DataUrl, DataUrlError
+from server.attachments.data_urls import DataUrl, DataUrlError
 from server.errors import RequestError
 from server.requests import MessageItem, ResponsesRequest, ToolOutput
 
