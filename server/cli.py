@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from parsers.registry import check_reasoning_parser
+from server.attachments.media import MAX_REQUEST_PIXELS
+from server.attachments.work_pool import WorkLimits
 from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS
 from server.paths.chat_template import check_tool_call_parser
 from server.config import ServerConfig
@@ -69,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "of gpt-oss output without the model (no Hugging Face tokenizer is loaded then)")
     server.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024, metavar="N",
                         help="larger request bodies are a 413 (default 32 MiB; Codex sends hundreds of KiB)")
+    server.add_argument("--input-workers", type=int, default=WorkLimits.workers, metavar="N",
+                        help="processes that read PDFs and decode images, off the event loop (default 2)")
+    server.add_argument("--input-work-seconds", type=float, default=WorkLimits.seconds, metavar="SECONDS",
+                        help="one PDF or image may take this long to read; longer is a 400 naming its part (default 10)")
+    server.add_argument("--input-work-memory-mb", type=int, default=WorkLimits.memory_bytes >> 20, metavar="MB",
+                        help="the memory one input worker may map; past it, a 413 naming the part (default 1024)")
+    server.add_argument("--max-request-pixels", type=int, default=MAX_REQUEST_PIXELS, metavar="N",
+                        help="the pixels of a request's distinct images, in all; more is a 413 (default 64,000,000)")
     server.add_argument("--max-concurrent-requests", type=int, default=None, metavar="N",
                         help="at most N responses generate at once; more are a 429 with Retry-After (default: no cap)")
     server.add_argument("--send-timeout", type=float, default=60.0, metavar="SECONDS",
@@ -223,6 +233,8 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         websocket=args.websocket,
         websocket_max_seconds=args.websocket_max_seconds,
         api_process=process,
+        input_work=WorkLimits(args.input_workers, args.input_work_seconds, args.input_work_memory_mb << 20),
+        max_request_pixels=args.max_request_pixels,
     )
     store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count),
                        data_dir() / "responses.db")

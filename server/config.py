@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from server.attachments.media import MAX_REQUEST_PIXELS
+from server.attachments.work_pool import WorkLimits
 
 
 @dataclass(frozen=True)
@@ -24,3 +27,5 @@ class ServerConfig:
     websocket: bool = True  # WebSocket mode on GET /v1/responses (off: an upgrade gets 426, clients fall back to HTTP)
     websocket_max_seconds: float = 3600.0  # a connection's lifetime, as OpenAI's; then it ends with an error
     api_process: int | None = None  # this process's index when several API processes share the port
+    input_work: WorkLimits = field(default_factory=WorkLimits)  # PDF text and image decoding: workers, time, memory
+    max_request_pixels: int = MAX_REQUEST_PIXELS  # of a request's distinct images, in all

@@ -19,6 +19,10 @@ class NotFound(RequestError):
     """The request names something that does not exist (a response, a conversation, the model)."""
 
 
+class TooLarge(RequestError):
+    """A part of the request costs more than the server's bounds allow (its size, pixels, memory)."""
+
+
 class GenerationFailed(Exception):
     """A run the request depends on (a compaction's summary) could not produce its output."""
 

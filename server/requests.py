@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import Annotated, Any, Iterator, Literal, Union, get_args
 
 from openai.types.responses import ResponseIncludable
 from pydantic import (
@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from parsers.tools import model_name
-from server.attachments.files import file_text
+from server.attachments.files import check_file
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
@@ -68,13 +68,18 @@ class ContentPart(_Lenient):
         return kind
 
     @model_validator(mode="after")
-    def _read_file(self) -> "ContentPart":
+    def _check_file(self) -> "ContentPart":
         if self.type == "input_file":
-            self._file_text = file_text(getattr(self, "file_data", None), getattr(self, "filename", None))
+            check_file(getattr(self, "file_data", None), getattr(self, "filename", None))
         return self
 
+    def read_as(self, text: str) -> None:
+        """An input_file's text, once read (server/attachments/files.py): what the model sees of it."""
+        self._file_text = text
+
     def as_text(self) -> str:
-        if self._file_text is not None:
+        if self.type == "input_file":
+            assert self._file_text is not None, "files are read before the prompt is rendered"
             return self._file_text
         return self.text if self.text is not None else (self.refusal or "")
 
@@ -308,6 +313,14 @@ class ResponsesRequest(_Lenient):
             return None
         given = [entry.compact_threshold for entry in self.context_management if entry.compact_threshold is not None]
         return min(given) if given else context_length * 3 // 4
+
+    def content_parts(self) -> Iterator[tuple[str, ContentPart]]:
+        """(param, part) for each content part of the input: in messages and in tool outputs."""
+        for index, item in enumerate(self.input_items()):
+            if isinstance(item, (MessageItem, ToolOutput)):
+                where = "content" if isinstance(item, MessageItem) else "output"
+                for position, part in enumerate(item.parts()):
+                    yield f"input[{index}].{where}[{position}]", part
 
     def input_items(self) -> list[Any]:
         """The input as a list of items (a string input is one user message; an empty one, none)."""

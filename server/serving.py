@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from parsers.deltas import OutputText
+from server.attachments.files import FileTexts
+from server.attachments.work_pool import WorkPool
 from server.config import ServerConfig
 from server.constraints.json_grammar import ANY_OBJECT
 from server.constraints.rules import OutputRules
@@ -43,9 +45,13 @@ class ServingContext:
     sealer: Sealer = field(default_factory=Sealer.ephemeral)  # seals reasoning for stateless clients
     admission: Admission = field(default_factory=Admission)
     started_at: int = field(default_factory=lambda: int(time.time()))
+    work_pool: WorkPool = field(init=False)  # CPU-heavy input work, off the event loop
+    file_texts: FileTexts = field(init=False)  # files' texts, read once
 
     def __post_init__(self) -> None:
         self.admission.limit = self.config.max_concurrent_requests
+        self.work_pool = WorkPool(self.config.input_work)
+        self.file_texts = FileTexts(self.work_pool)
 
     def started(self) -> tuple[Engine, ModelPath]:
         """The engine and the model path, once `start()` has run (the app's lifespan runs it)."""

@@ -3,15 +3,23 @@ never a response left running."""
 
 from __future__ import annotations
 
+import base64
+import io
+import threading
+import time
+import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
+import psutil
 import pytest
+from PIL import Image
 
 from tests.test_harmony import harmony  # noqa: F401  (the fixture)
 from tests.test_images import Vision, image_url, vision  # noqa: F401  (the fixture)
 from tests.test_server import MODEL, Harness, answer_tokens, harness  # noqa: F401  (the fixture)
+from server.attachments.work_pool import WorkLimits
 from server.config import ServerConfig
 from server.store.factory import open_store
 from server.store.interface import RetentionPolicy
@@ -30,8 +38,8 @@ def counted(tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     store = open_store(f"sqlite:///{tmp_path_factory.mktemp('store') / 'responses.db'}", RetentionPolicy(),
                        Path("unused"))
-    context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
-                             ids=counting_ids(), store=store)
+    config = ServerConfig(served_model_name=MODEL, input_work=WorkLimits(workers=2, seconds=1.0))
+    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids(), store=store)
     with serve_in_thread(create_app(context)) as base_url:
         yield Harness(engine, base_url), context
 
@@ -136,3 +144,95 @@ def test_a_compaction_that_fails_ends_the_response_failed_and_stored(
     stored = httpx.get(f"{served.base_url}/responses/{final['id']}", timeout=30)
     assert stored.status_code == 200 and stored.json()["status"] == "failed"
     assert context.admission.active == 0
+
+
+def pdf_bomb(pages: int = 4, repeats: int = 40_000) -> bytes:
+    """5 KB of PDF whose one FlateDecode content stream, shared by every page, inflates to 1.4 MiB of text
+    operators: pypdf reads it once per page (seconds each)."""
+    stream = zlib.compress(b"BT /F1 12 Tf 72 720 Td (word) Tj ET\n" * repeats, 9)
+    kids = b" ".join(b"%d 0 R" % (3 + n) for n in range(pages))
+    content = 3 + pages
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages)]
+    objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
+                b"/Resources << /Font << /F1 %d 0 R >> >> >>" % (content, content + 1)] * pages
+    objects += [b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+                b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+class HealthProbe:
+    """Asks `/health` every 0.1 s from a thread, keeping the slowest answer's time."""
+
+    def __init__(self, base_url: str) -> None:
+        self.url, self.slowest, self._stop = base_url.removesuffix("/v1") + "/health", 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._probe, daemon=True)
+
+    def __enter__(self) -> "HealthProbe":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _probe(self) -> None:
+        while not self._stop.wait(0.1):
+            started = time.monotonic()
+            httpx.get(self.url, timeout=60)
+            self.slowest = max(self.slowest, time.monotonic() - started)
+
+
+HEALTH_BOUND = 2.0  # seconds: /health answers within this while costly input is served (the PDF takes ~7 s here)
+
+
+def test_a_costly_pdf_is_read_off_the_event_loop_within_a_time_limit(counted: tuple[Harness, ServingContext],
+                                                                     tokenizer: Any) -> None:
+    served, context = counted
+    served.play(steps_from_tokens(answer_tokens(tokenizer, "Read."), cuts=[1]))
+    part = {"type": "input_file", "filename": "bomb.pdf",
+            "file_data": "data:application/pdf;base64," + base64.b64encode(pdf_bomb()).decode()}
+    with HealthProbe(served.base_url) as probe:
+        response = served.post(input=[{"role": "user", "content": [{"type": "input_text", "text": "Read."}, part]}])
+    assert probe.slowest < HEALTH_BOUND, probe.slowest
+    assert response.status_code == 400, response.text  # past the work's time limit (1 s here), it names the part
+    error = response.json()["error"]
+    assert error["param"] == "input[0].content[1]" and error["code"] == "file_too_costly", error
+
+
+def _bilevel_png(side: int) -> str:
+    """A side x side black PNG of one bit per pixel: a few KB that decode to 3 bytes a pixel."""
+    buffer = io.BytesIO()
+    Image.new("1", (side, side)).save(buffer, format="PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_images_past_the_requests_pixel_budget_are_a_413_before_any_is_decoded(vision: Vision) -> None:  # noqa: F811
+    """Eight 6,300 x 6,300 PNGs (KBs each, 40M pixels each: each under the per-image cap) decoded to ~1.9 GB."""
+    parts = [{"type": "input_image", "image_url": _bilevel_png(6_300 - n)} for n in range(8)]  # 8 distinct images
+    before = psutil.Process().memory_info().rss
+    with HealthProbe(vision.base_url) as probe:
+        response = vision.post(input=[{"role": "user", "content": parts}])
+    grown = psutil.Process().memory_info().rss - before
+    assert response.status_code == 413, response.text
+    error = response.json()["error"]
+    assert error["param"].startswith("input[0].content[") and "pixels" in error["message"], error
+    assert grown < 300 * 2**20, f"the server grew by {grown / 2**20:.0f} MiB"
+    assert probe.slowest < HEALTH_BOUND, probe.slowest
+
+
+def test_one_image_sent_under_several_spellings_is_decoded_once(vision: Vision) -> None:  # noqa: F811
+    url = image_url(6, 4)
+    spellings = [url, url.replace(";base64", ";n=1;base64"), url.replace(";base64", ";n=2;base64")]
+    response = vision.post(input=[{"role": "user", "content": [
+        {"type": "input_image", "image_url": spelling} for spelling in spellings]}])
+    assert response.status_code == 200, response.text
+    first, *others = vision.engine.requests[-1].images
+    assert all(other is first for other in others)

@@ -26,9 +26,13 @@ class DataUrl:
         mime, *options = header.split(";")
         return cls(mime.lower(), "base64" in options, payload)
 
+    def fits(self, max_bytes: int) -> bool:
+        """Whether the payload decodes to at most `max_bytes` (told from its length alone)."""
+        return len(self.payload) <= (max_bytes + 2) // 3 * 4
+
     def decoded(self, max_bytes: int) -> bytes:
         """The payload's bytes; its length is checked before decoding."""
-        if len(self.payload) > (max_bytes + 2) // 3 * 4:
+        if not self.fits(max_bytes):
             raise DataUrlError(f"is larger than {max_bytes // (1024 * 1024)} MiB")
         try:
             return base64.b64decode(self.payload, validate=True)

@@ -1,54 +1,105 @@
-"""Files sent in `input_file` parts, as the text the model reads: text types as they are, PDFs as their text."""
+"""Files sent in `input_file` parts, as the text the model reads: text types as they are, PDFs as their text.
+
+A part is checked when the request is read (cheap: its data URL and type); its text is read before the prompt is
+rendered, a PDF's in the work pool (off the event loop, within its time and memory limits), and kept by content
+so that the turns after it do not read it again.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 from server.attachments.data_urls import DataUrl, DataUrlError
+from server.attachments.work_pool import WorkPool, WorkTooCostly
+from server.errors import RequestError, TooLarge
+
+if TYPE_CHECKING:  # requests import this module (to check file parts as they are read)
+    from server.requests import ResponsesRequest
 
 MAX_FILE_BYTES = 10 * 1024 * 1024
 TEXT_TYPES = frozenset({"application/json", "application/xml", "application/x-yaml", "application/yaml",
                         "application/javascript", "application/x-sh", "application/toml", "application/sql"})
 PDF = "application/pdf"
+_KEPT_TEXTS = 256  # files' texts kept by content, the most recently used
 
 
 class FileError(ValueError):
     """A file part the server cannot read as text."""
 
 
-def file_text(file_data: object, filename: object) -> str:
-    """The text a file part stands for in the prompt: its content between lines naming it."""
+def check_file(file_data: object, filename: object) -> None:
+    """A FileError unless the part carries a base64 data URL of a type the server reads, within the size limit."""
     if not isinstance(file_data, str) or not file_data:
         raise FileError("an input_file needs file_data: a data URL (data:text/plain;base64,...) and a filename; "
                         "file_id and file_url are not supported by this server")
-    name = filename if isinstance(filename, str) and filename else "file"
-    mime, data = _data_url(file_data)
-    if mime == PDF:
-        content = _pdf_text(data)
-    elif mime.startswith("text/") or mime in TEXT_TYPES:
-        try:
-            content = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise FileError(f"the file {name!r} is not UTF-8 text") from None
-    else:
+    mime = _data_url(file_data).mime
+    if mime != PDF and not mime.startswith("text/") and mime not in TEXT_TYPES:
         raise FileError(f"files of type {mime!r} are not supported: send text (text/*, JSON, YAML, ...) or a PDF")
-    return f"\n<file name={json.dumps(name)}>\n{content}\n</file>\n"  # on lines of its own, named
 
 
-def _data_url(value: str) -> tuple[str, bytes]:
+class FileTexts:
+    """Files' texts by content (the most recent _KEPT_TEXTS), read in `pool` where reading costs."""
+
+    def __init__(self, pool: WorkPool) -> None:
+        self._pool = pool
+        self._kept: OrderedDict[str, str] = OrderedDict()
+
+    async def text(self, file_data: str, filename: object, param: str) -> str:
+        """The text a file part stands for in the prompt: its content between lines naming it; a RequestError
+        naming `param` when it cannot be read."""
+        name = filename if isinstance(filename, str) and filename else "file"
+        key = hashlib.sha256(file_data.encode("utf-8", "surrogatepass")).hexdigest()
+        if key not in self._kept:
+            try:
+                self._kept[key] = await self._read(file_data)
+            except FileError as exc:
+                raise RequestError(f"Invalid input_file: {exc}.", param=param) from None
+            except WorkTooCostly as exc:
+                raise _too_costly(exc, param) from None
+            while len(self._kept) > _KEPT_TEXTS:
+                self._kept.popitem(last=False)
+        self._kept.move_to_end(key)
+        return f"\n<file name={json.dumps(name)}>\n{self._kept[key]}\n</file>\n"  # on lines of its own, named
+
+    async def _read(self, file_data: str) -> str:
+        data_url = _data_url(file_data)
+        try:
+            data = data_url.decoded(MAX_FILE_BYTES)
+        except DataUrlError as exc:
+            raise FileError(f"the file {exc}") from None
+        if data_url.mime == PDF:
+            return await self._pool.run(pdf_text, data)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FileError("the file is not UTF-8 text") from None
+
+
+def _too_costly(exc: WorkTooCostly, param: str) -> RequestError:
+    if exc.kind == "time":
+        return RequestError("The file took longer to read than this server allows; send its text instead.",
+                            param=param, code="file_too_costly")
+    return TooLarge("The file needs more memory to read than this server allows; send its text instead.",
+                    param=param, code="file_too_large")
+
+
+def _data_url(value: str) -> DataUrl:
     if not value.startswith("data:"):
         raise FileError("file_data must be a data URL (data:<type>;base64,...)")
     data_url = DataUrl.parse(value)
     if not data_url.base64:
         raise FileError("a file's data URL must be base64-encoded (data:<type>;base64,...)")
-    try:
-        return data_url.mime, data_url.decoded(MAX_FILE_BYTES)
-    except DataUrlError as exc:
-        raise FileError(f"the file {exc}") from None
+    if not data_url.fits(MAX_FILE_BYTES):
+        raise FileError(f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+    return data_url
 
 
-def _pdf_text(data: bytes) -> str:
+def pdf_text(data: bytes) -> str:
+    """A PDF's text, page after page (run in the work pool: pypdf is pure Python and unbounded in time)."""
     from pypdf import PdfReader
 
     try:
@@ -60,3 +111,18 @@ def _pdf_text(data: bytes) -> str:
     if not text:
         raise FileError("the PDF has no text to read (a scanned PDF needs OCR, which this server does not do)")
     return text
+
+
+
+async def read_files(request: "ResponsesRequest", body: "ResponsesRequest", texts: FileTexts) -> None:
+    """Every input_file part of `request` (the conversation) read into the text the model sees; a RequestError
+    naming the part (in `body`, the request as sent, else the history's) when one cannot be read."""
+    params = {getattr(part, "file_data", None): param for param, part in body.content_parts()
+              if part.type == "input_file"}
+    for _, part in request.content_parts():
+        if part.type == "input_file":
+            file_data = getattr(part, "file_data", None)
+            param = params.get(file_data, "previous_response_id")
+            if not isinstance(file_data, str):
+                raise RequestError("Invalid input_file: it needs file_data.", param=param)
+            part.read_as(await texts.text(file_data, getattr(part, "filename", None), param))

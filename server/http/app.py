@@ -35,6 +35,7 @@ def create_app(context: ServingContext) -> FastAPI:
             lag.cancel()
             await context.background.shutdown()
             await context.pending_saves.shutdown()
+            context.work_pool.close()
             if context.engine is not None:
                 await context.engine.shutdown()
             if context.store is not None:

@@ -14,7 +14,8 @@ from server.constraints.rules import check_schemas, output_rules
 from server.history.conversation import since_last_compaction, stored_input_items, with_history
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
 from server.errors import GenerationFailed, NotFound, RequestError
-from server.attachments.media import image_parts, load_image, request_images, sized
+from server.attachments.files import read_files
+from server.attachments.media import checked_images, decoded_images
 from server.attachments.media_fetch import fetch_images
 from server.paths.tools import tool_definitions
 from server.requests import CompactionItem, ResponsesRequest
@@ -43,7 +44,7 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
                            param="background")
     conversation = await conversation_of(context, body, earlier)
     fetched = await images_fetched(context, conversation, body)
-    run = prepare_run(context, conversation, body, fetched)
+    run = await prepare_run(context, conversation, body, fetched)
     engine, _ = context.started()
     if run.request.images:
         check_expanded_fits(await engine.prompt_length(run.request), engine.max_model_len)
@@ -66,7 +67,7 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
 async def input_token_count(context: ServingContext, body: ResponsesRequest) -> int:
     """The `usage.input_tokens` a response to `body` would report: its run is prepared, not started."""
     conversation = await conversation_of(context, body)
-    run = prepare_run(context, conversation, body, await images_fetched(context, conversation, body))
+    run = await prepare_run(context, conversation, body, await images_fetched(context, conversation, body))
     engine, _ = context.started()
     return await engine.prompt_length(run.request)
 
@@ -100,7 +101,8 @@ async def prepare_compaction(context: ServingContext, body: ResponsesRequest) ->
     if not conversation.input_items():
         raise RequestError("There is nothing to compact: give input or previous_response_id.", param="input")
     summarizing = summary_request(conversation)
-    run = prepare_run(context, summarizing, summarizing, await images_fetched(context, summarizing, summarizing))
+    run = await prepare_run(context, summarizing, summarizing,
+                            await images_fetched(context, summarizing, summarizing))
     run.slot = context.admission.admit()
     return CompactionRun(StoredRun(run, None, keep_event_log=False), conversation, context)
 
@@ -110,7 +112,9 @@ async def conversation_of(context: ServingContext, body: ResponsesRequest,
     """The request with its stored history before it (from its last compaction on) and sealed items opened: what
     the model sees."""
     history = since_last_compaction(await with_history(body, context.store, earlier))
-    return open_sealed_items(history, context.sealer)
+    conversation = open_sealed_items(history, context.sealer)
+    await read_files(conversation, body, context.file_texts)
+    return conversation
 
 
 def _compacting(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
@@ -120,7 +124,7 @@ def _compacting(context: ServingContext, conversation: ResponsesRequest, body: R
 
     async def compact() -> Continuation:
         summarizing = summary_request(conversation)
-        summary = prepare_run(context, summarizing, summarizing, fetched)
+        summary = await prepare_run(context, summarizing, summarizing, fetched)
         async for _ in summary.events():
             pass
         result = CompactionRun.from_summary(summary.response(), conversation, context)
@@ -128,7 +132,8 @@ def _compacting(context: ServingContext, conversation: ResponsesRequest, body: R
         item = ResponseCompactionItem.model_validate(made)  # the output item; as input, it opens into the context
         compacted = open_sealed_items(conversation.model_copy(update={"input": [CompactionItem.model_validate(made)]}),
                                       context.sealer)
-        return Continuation(item, prepare_run(context, compacted, body, fetched), _usage(summary.response()))
+        await read_files(compacted, body, context.file_texts)  # the files it keeps were read: their texts are kept
+        return Continuation(item, await prepare_run(context, compacted, body, fetched), _usage(summary.response()))
 
     return compact
 
@@ -148,13 +153,14 @@ async def images_fetched(context: ServingContext, conversation: ResponsesRequest
     engine, _ = context.started()
     if "image" not in engine.input_modalities:
         return {}
-    params = {url: param for param, url in image_parts(body) if isinstance(url, str)}
-    urls = [(params.get(url, "previous_response_id"), url) for _, url in image_parts(conversation)]
+    params = {part.image_url: param for param, part in body.content_parts() if part.is_image()}
+    urls = [(params.get(part.image_url, "previous_response_id"), part.image_url)
+            for _, part in conversation.content_parts() if part.is_image()]
     return await fetch_images(urls, context.config.allowed_media_domains)
 
 
-def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
-                fetched: Mapping[str, bytes] = MappingProxyType({})) -> ResponseRun:
+async def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
+                      fetched: Mapping[str, bytes] = MappingProxyType({})) -> ResponseRun:
     """The run for `conversation` (the request with its history), echoing `body` (the request as sent), with the
     bytes of its image URLs `fetched`."""
     served = context.config.served_model_name
@@ -165,12 +171,11 @@ def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: R
         raise RequestError("input must not be empty (unless previous_response_id continues a conversation).",
                            param="input")
     engine, path = context.started()
-    decoded = request_images(body, engine.input_modalities, fetched)  # before rendering: a bad image names its part
+    params = checked_images(body, engine.input_modalities, fetched)  # before rendering: a bad image names its part
     check_schemas(conversation)  # before rendering, which writes them out
     rendered = render_to_fit(path.render, conversation, engine.max_model_len)
-    images = tuple(sized(decoded[part.image_url] if part.image_url in decoded
-                         else load_image(part.image_url, "previous_response_id", fetched), part.detail)
-                   for part in rendered.images)  # those of the history were checked when first sent
+    images = await decoded_images(rendered.images, params, context.work_pool, fetched,
+                                  context.config.max_request_pixels)  # those the prompt kept
     prompt = rendered.token_ids
     room = engine.max_model_len - len(prompt)
     cap = body.max_output_tokens or context.config.default_max_output_tokens
