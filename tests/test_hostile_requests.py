@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from tests.test_harmony import harmony  # noqa: F401  (the fixture)
-from tests.test_images import Vision, image_url, vision  # noqa: F401  (the fixture)
+from tests.test_images import PLACEHOLDER as VISION_PLACEHOLDER, Vision, image_url, vision  # noqa: F401
 from tests.test_server import MODEL, Harness, answer_tokens, harness  # noqa: F401  (the fixture)
 from server.attachments.work_pool import WorkLimits
 from server.config import ServerConfig
@@ -236,3 +236,15 @@ def test_one_image_sent_under_several_spellings_is_decoded_once(vision: Vision) 
     assert response.status_code == 200, response.text
     first, *others = vision.engine.requests[-1].images
     assert all(other is first for other in others)
+
+
+def test_a_placeholder_written_in_text_is_not_an_image(vision: Vision) -> None:  # noqa: F811
+    """User text (or instructions) that spells the model's image placeholder must not make a slot for an image:
+    the prompt has as many placeholders as images."""
+    response = vision.post(instructions="Answer about <image> only.", input=[{"role": "user", "content": [
+        {"type": "input_text", "text": "Compare <image> with this:"},
+        {"type": "input_image", "image_url": image_url(5, 5)}]}])
+    assert response.status_code == 200, response.text
+    request = vision.engine.requests[-1]
+    assert vision.prompt().count(VISION_PLACEHOLDER) == len(request.images) == 1
+    assert "Compare" in vision.prompt() and "with this:" in vision.prompt()

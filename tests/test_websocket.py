@@ -539,3 +539,23 @@ def test_frames_that_are_no_json_object_are_400_events_as_http_bodies_are(served
         assert error["type"] == "error" and error["status"] == 400, error
     socket.send({"type": "response.create", "model": MODEL, "input": "still there?"})
     assert socket.until_terminal()[-1]["type"] == "response.completed"
+
+
+def test_a_deflated_message_that_inflates_past_the_limit_is_refused_as_it_inflates(served: Served) -> None:
+    """permessage-deflate: a message of a few KiB on the wire that inflates to 64 MiB is cut at the size limit
+    while it is inflated (close 1009), never held whole; the server goes on answering."""
+    import psutil
+    from websockets.exceptions import ConnectionClosed
+
+    before = psutil.Process().memory_info().rss
+    socket = Socket(served.base_url, compression="deflate")
+    event = '{"type": "response.create", "input": "' + "a" * (64 * 2**20) + '"}'
+    try:
+        socket.send(event)
+        reply = socket.recv(timeout=30)
+        assert reply["type"] == "error" and reply["status"] == 413, reply
+    except ConnectionClosed as closed:
+        assert closed.rcvd is not None and closed.rcvd.code == 1009, closed
+    grown = psutil.Process().memory_info().rss - before
+    assert grown < 200 * 2**20, f"the process grew by {grown / 2**20:.0f} MiB"  # the client's copy is 64 MiB
+    assert httpx.get(served.base_url.removesuffix("/v1") + "/health", timeout=30).status_code == 200

@@ -4,6 +4,7 @@ text form for templates with no tool section)."""
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -29,16 +30,24 @@ class PromptImages:
 
     placeholder: str
     parts: list[ContentPart] = field(default_factory=list)
+    # What an image part is written as until the prompt is whole: no text a client sends can hold it.
+    marker: str = field(default_factory=lambda: f"\x00image-{secrets.token_hex(8)}\x00")
 
     def text(self, parts: Sequence[ContentPart]) -> str:
         pieces = []
         for part in parts:
             if part.is_image():
                 self.parts.append(part)
-                pieces.append(self.placeholder)
+                pieces.append(self.marker)
             else:
                 pieces.append(part.as_text())
         return "".join(pieces)
+
+    def placed(self, prompt: str) -> str:
+        """The rendered prompt with a placeholder where each image is, and nowhere else: the placeholder spelled
+        in text (a user's, the instructions') is broken by a zero-width space, so it makes no slot for an image."""
+        written = self.placeholder[:1] + "\u200b" + self.placeholder[1:]
+        return prompt.replace(self.placeholder, written).replace(self.marker, self.placeholder)
 
 
 def chat_messages(request: ResponsesRequest, images: PromptImages | None = None) -> list[ChatMessage]:

@@ -117,6 +117,8 @@ class ChatTemplateRenderer:
             )
         except Exception as exc:  # jinja2 raises TemplateError and friends for conversations it rejects
             raise RequestError(_template_refusal(exc), param="input") from exc
+        if images is not None:
+            text = images.placed(text)
         token_ids = list(self._tokenizer.encode(text, add_special_tokens=False))
         return RenderedPrompt(token_ids=token_ids, text=text, tools=table,
                               images=tuple(images.parts) if images else ())
