@@ -439,3 +439,47 @@ def test_a_stream_that_ended_during_an_outage_is_stored_once_the_store_is_back(t
         store.broken = False
         assert _wait_for(lambda: (_stored(base_url, final.id) or {}).get("status") == "completed")
         assert (_stored(base_url, final.id) or {}).get("output") == final.model_dump(mode="json", exclude_unset=True)["output"]
+
+
+def test_shutdown_ends_a_run_during_its_automatic_compaction(tokenizer: Any) -> None:
+    """Issue 32 (suspected 13): stop() could not interrupt the step before generation (a compaction's summary),
+    which could outlast the drain; now the step is cancelled (its summary's engine request with it)."""
+    import asyncio
+
+    from server.engine.interface import EngineRequest, EngineStep, SamplingSettings
+    from server.runs.generation import ResponseRun
+    from streaming.builder import ResponseBuilder
+
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[EngineStep([1], "stop")]])
+    builder = ResponseBuilder({"model": MODEL})
+    summarizing = asyncio.Event()
+    summary_cancelled = False
+
+    async def summarize() -> Any:
+        nonlocal summary_cancelled
+        summarizing.set()
+        try:
+            await asyncio.sleep(3600)  # a summary that takes longer than any drain
+        except asyncio.CancelledError:
+            summary_cancelled = True
+            raise
+
+    run = ResponseRun(engine, EngineRequest(builder.response_id, [1], SamplingSettings(max_tokens=8)),
+                      _TextThenArguments(), None, builder, before=summarize)
+
+    async def scenario() -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+
+        async def consume() -> None:
+            async for event in run.events():
+                events.append(event.model_dump(mode="json", exclude_unset=True))
+
+        task = asyncio.ensure_future(consume())
+        await summarizing.wait()
+        run.stop("The server is shutting down.")
+        await asyncio.wait_for(task, timeout=60)  # before the fix: an hour
+        return events
+
+    final = validate_events(asyncio.run(scenario()))
+    assert final.status == "failed" and final.error is not None and "shutting down" in final.error.message
+    assert summary_cancelled and engine.requests == []  # the answer was never generated

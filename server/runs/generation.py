@@ -185,9 +185,13 @@ class ResponseRun:
             return
         if self.before is not None:
             try:
-                continuation = await self.before()
+                continuation = await self._engine_work(self.before())  # stop() interrupts it, as a wait for the engine
             except Exception as exc:  # after response.created: the response ends failed, saying why
                 for event in self._finish(Finished("error", error_message=self._compaction_failure(exc))):
+                    yield event
+                return
+            if continuation is None:  # stopped (shutdown) while compacting
+                for event in self._finish(self._stopping or Finished("error", error_message=GENERATION_FAILED)):
                     yield event
                 return
             for event in self.builder.add_item(continuation.item):
