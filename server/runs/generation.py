@@ -93,6 +93,12 @@ class ResponseRun:
         try:
             async for event in self._events():
                 yield event
+        except Exception:  # a step failed where nothing expected it: the response still ends, once, as failed
+            if self.builder.finished:
+                raise
+            logger.exception("response %s failed", self.builder.response_id)
+            for event in self._finish(Finished("error", error_message=GENERATION_FAILED)):
+                yield event
         except (asyncio.CancelledError, GeneratorExit):  # its client went away, or it was cancelled
             if not self.builder.finished:
                 logger.info("response %s cancelled after %d tokens; its engine request was aborted",

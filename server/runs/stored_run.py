@@ -158,6 +158,11 @@ class StoredRun:
         except StoreRejected:  # it will never take this response: trying again would not help
             logger.warning("the store refused response %s; it is not stored", self.response_id)
             self._end_saved = self._conversation_added = True
+        except TakenOver:
+            raise
+        except Exception:  # a fault of its own (logged): tried again later, as when the store is out
+            logger.exception("saving response %s failed", self.response_id)
+            return False
         return True
 
     async def cancelled(self) -> list[tuple[ResponseStreamEvent, str]]:
