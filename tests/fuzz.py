@@ -1,5 +1,6 @@
 """Fuzzing the HTTP API: schemathesis over the published OpenAPI schema (bodies typed from the SDK's params),
-hypothesis over raw bodies for the deep cases, and frames of every shape on WebSockets. Checks, for every case: no 5xx, errors in OpenAI's shape,
+hypothesis over raw bodies for the deep cases, frames of every shape on WebSockets, and hostile input
+(tests/hostile.py: every SDK input item type bent field by field, and inputs built to cost, under a probe). Checks, for every case: no 5xx, errors in OpenAI's shape,
 every 200 stream whole (one terminal event), and the server still answers a normal request afterwards.
 
 `python -m tests.fuzz --cases 10000` (`make fuzz`) runs the long version and prints the counts.
@@ -25,6 +26,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from hypothesis import strategies as st
 
+from tests.hostile import Findings, serve_costly, serve_mutations
 from tests.sse import events_of, parse_frames, sse_lines
 from conformance.contract import ContractViolation, validate_events
 
@@ -78,6 +80,7 @@ def _problem(status: int, content_type: str, body: bytes) -> str | None:
 def fuzz_server() -> Iterator[str]:
     """The real app on a socket, a scripted engine that answers at once (and says it sees, so image parts reach
     the decoder; URLs may be fetched from 127.0.0.1 only), a store in a temporary directory."""
+    from server.attachments.work_pool import WorkLimits
     from server.config import ServerConfig
     from server.engine.vllm_engine import load_tokenizer
     from server.http.app import create_app
@@ -93,7 +96,7 @@ def fuzz_server() -> Iterator[str]:
                             input_modalities=("text", "image"), image_placeholder="<image>")
     with tempfile.TemporaryDirectory() as data:
         config = ServerConfig(served_model_name=MODEL, max_body_bytes=4 * 1024 * 1024,
-                              allowed_media_domains=("127.0.0.1",))
+                              allowed_media_domains=("127.0.0.1",), input_work=WorkLimits(seconds=2.0))
         context = ServingContext(config=config, engine_factory=lambda: engine, store=SqliteStore(Path(data) / "fuzz.db"))
         with serve_in_thread(create_app(context)) as base_url:
             yield base_url.removesuffix("/v1")
@@ -421,7 +424,14 @@ def main() -> None:
         run_queries(root, max(1, args.cases // 20), counts)
         run_websocket(root, max(1, args.cases // 10), counts)
         run_raw(root, max(1, args.cases - counts.cases), counts)  # the rest, whatever schemathesis ran out of
+        hostile = Findings()
+        serve_costly(root, MODEL, hostile)
+        serve_mutations(root, MODEL, hostile)
+        serve_mutations(root, MODEL, hostile, every=4, websocket=True)
         still_healthy = healthy(root)
+    counts.violations += hostile.problems
+    for status, number in hostile.statuses.items():
+        counts.statuses[status] += number
     print(f"cases: {counts.cases}; 5xx: {counts.server_errors}; by status: {dict(sorted(counts.statuses.items()))}")
     print(f"invariants broken: {len(counts.violations)}; healthy afterwards: {still_healthy}")
     for skipped in counts.skipped:

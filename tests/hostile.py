@@ -1,0 +1,288 @@
+"""Hostile input, served while a probe watches the server: structure-aware mutations of every input item type the
+SDK defines (a wrong type in each field, and fields the type does not have), and inputs built to cost (schemas that
+fan out and nest, PDF and image compression bombs, many parts, deep nesting, huge counts).
+
+Each case must get no 5xx; while each costly input is served, `/health` must answer within HEALTH_BOUND and the
+server process must grow by less than RSS_BOUND. `make fuzz` runs every case; the suite runs them too
+(tests/test_hostile_inputs.py), the mutations sampled.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Literal, Union, get_args, get_origin, get_type_hints
+
+import httpx
+import psutil
+
+HEALTH_BOUND = 2.0  # seconds: what /health may take while a costly input is served (an idle answer takes ~ms)
+RSS_BOUND = 400 * 2**20  # bytes the server process may grow by while one costly input is served
+WRONG_VALUES: list[Any] = [None, 7, -1, 2**63, 1.5, True, "", "x", "\x00", [], [7], ["x"], [{}], {}, {"a": 1},
+                           {"type": "input_text"}]
+EXTRA_FIELDS = ["content", "output", "image_url", "file_data", "arguments", "extra"]  # fields a type may not have
+
+
+@dataclass
+class Findings:
+    """What a hostile run saw: cases by status, and every broken bound."""
+
+    statuses: dict[int, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def cases(self) -> int:
+        return sum(self.statuses.values())
+
+    def saw(self, label: str, status: int, body: str = "") -> None:
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        if status >= 500 and len(self.problems) < 50:
+            self.problems.append(f"{label}: {status}: {body[:300]}")
+
+
+class Probe:
+    """While open: `/health` asked every 50 ms from a thread (its slowest answer kept), and the process's growth
+    in resident memory (sampled with it)."""
+
+    def __init__(self, root: str) -> None:
+        self.url, self.slowest, self.grown = f"{root}/health", 0.0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._probe, daemon=True)
+        self._process = psutil.Process()
+
+    def __enter__(self) -> "Probe":
+        self._start_rss = self._process.memory_info().rss
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _probe(self) -> None:
+        with httpx.Client(timeout=120) as client:
+            while not self._stop.wait(0.05):
+                started = time.monotonic()
+                client.get(self.url)
+                self.slowest = max(self.slowest, time.monotonic() - started)
+                self._sample()
+
+    def _sample(self) -> None:
+        self.grown = max(self.grown, self._process.memory_info().rss - self._start_rss)
+
+
+# -- structure-aware mutations -------------------------------------------------------------------------------------
+
+def _value_of(annotation: Any) -> Any:
+    """A plausible value of a TypedDict field's type: a Literal's first value, an empty list, a short string..."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return args[0]
+    if origin is Union:
+        return _value_of(args[0])
+    if getattr(origin, "__name__", "") == "Required" or str(origin).endswith("Required"):
+        return _value_of(args[0])
+    if annotation is str:
+        return "x"
+    if annotation is bool:
+        return True
+    if annotation in (int, float):
+        return 1
+    if origin in (list, tuple) or getattr(origin, "__name__", "") in ("Iterable", "Sequence", "List"):
+        return []
+    return {}
+
+
+def sdk_item_seeds() -> list[dict[str, Any]]:
+    """One item of each input item type the SDK defines, every field given a value of its type; and the items
+    the server reads, as clients send them (content parts of each kind included)."""
+    from openai.types.responses.response_input_item_param import ResponseInputItemParam
+
+    seeds = []
+    for kind in get_args(ResponseInputItemParam):
+        hints = get_type_hints(kind, include_extras=False)
+        seed = {name: _value_of(annotation) for name, annotation in hints.items()}
+        seeds.append({**seed, "call_id": "c1"} if "call_id" in seed else seed)  # outputs answer the call before them
+    png = base64.b64encode(_bilevel_png(4)).decode()
+    seeds += [
+        {"role": "user", "content": [{"type": "input_text", "text": "hi"},
+                                     {"type": "input_image", "image_url": f"data:image/png;base64,{png}"},
+                                     {"type": "input_file", "filename": "a.txt", "file_data": "data:text/plain;base64,aGk="}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "ok"}]},
+    ]
+    return seeds
+
+
+def mutations(seeds: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(label, request body): each seed with one field (its own, or one it does not have) set to each wrong
+    value; and each content part of a seed's list with one field set so."""
+    for seed in seeds:
+        kind = seed.get("type") or "message"
+        for name in [*seed, *(extra for extra in EXTRA_FIELDS if extra not in seed)]:
+            for wrong in WRONG_VALUES:
+                item = {**seed, name: wrong}
+                yield f"{kind}.{name}={json.dumps(wrong)[:20]}", _body([item] if kind != "function_call_output"
+                                                                       else [_CALL, item])
+        for index, part in enumerate(seed.get("content") if isinstance(seed.get("content"), list) else []):
+            for name in [*part, *(extra for extra in EXTRA_FIELDS if extra not in part), "detail", "filename"]:
+                for wrong in WRONG_VALUES:
+                    content = [*seed["content"][:index], {**part, name: wrong}, *seed["content"][index + 1:]]
+                    yield f"{kind}.content[{index}].{name}={json.dumps(wrong)[:20]}", _body([{**seed, "content": content}])
+
+
+_CALL = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+
+
+def _body(items: list[Any]) -> dict[str, Any]:
+    return {"input": [*items, {"role": "user", "content": "go on"}]}
+
+
+# -- costly inputs -------------------------------------------------------------------------------------------------
+
+def _bilevel_png(side: int, seed: int = 0) -> bytes:
+    """A side x side PNG of one bit per pixel (a few KB that decode to 3 bytes a pixel); `seed` makes it another."""
+    from PIL import Image
+
+    image = Image.new("1", (side, side))
+    for bit in range(min(seed.bit_length(), side * side)):  # the seed's bits, as the first pixels
+        image.putpixel((bit % side, bit // side), (seed >> bit) & 1)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", optimize=True)
+    return buffer.getvalue()
+
+
+def pdf_bomb(pages: int = 4, repeats: int = 40_000) -> bytes:
+    """A few KB of PDF whose one FlateDecode content stream, shared by every page, inflates to 1.4 MiB of text
+    operators: pypdf reads it once per page (seconds each)."""
+    stream = zlib.compress(b"BT /F1 12 Tf 72 720 Td (word) Tj ET\n" * repeats, 9)
+    kids = b" ".join(b"%d 0 R" % (3 + n) for n in range(pages))
+    content = 3 + pages
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages)]
+    objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
+                b"/Resources << /Font << /F1 %d 0 R >> >> >>" % (content, content + 1)] * pages
+    objects += [b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+                b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def fanned_out_schema(levels: int, fan: int) -> dict[str, Any]:
+    """Each of `levels` $defs has `fan` properties referring to the next one: `fan ** levels` paths."""
+    defs: dict[str, Any] = {f"d{levels}": {"type": "string"}}
+    for level in reversed(range(levels)):
+        defs[f"d{level}"] = {"type": "object", "additionalProperties": False, "required": [f"p{n}" for n in range(fan)],
+                             "properties": {f"p{n}": {"$ref": f"#/$defs/d{level + 1}"} for n in range(fan)}}
+    return {"$defs": defs, "$ref": "#/$defs/d0"}
+
+
+def nested_schema(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"], "additionalProperties": False}
+    return schema
+
+
+def _answer_format(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"input": "hi", "text": {"format": {"type": "json_schema", "name": "s", "schema": schema, "strict": True}}}
+
+
+def _user(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"input": [{"role": "user", "content": list(parts)}]}
+
+
+def _image(data: bytes) -> dict[str, Any]:
+    return {"type": "input_image", "image_url": "data:image/png;base64," + base64.b64encode(data).decode()}
+
+
+def _deep_schema_text(levels: int) -> str:
+    """A body whose answer schema nests `levels` objects, written as text (too deep for json.dumps to write)."""
+    opening = '{"type": "object", "required": ["a"], "properties": {"a": ' * levels
+    schema = opening + '{"type": "string"}' + "}}" * levels
+    return '{"input": "hi", "text": {"format": {"type": "json_schema", "name": "s", "schema": ' + schema + "}}}"
+
+
+def costly_inputs() -> Iterator[tuple[str, dict[str, Any] | str]]:
+    """(label, request body, or its JSON text) of inputs built to cost, each a few KB to a few MB."""
+    yield "schema fan-out 8x6", _answer_format(fanned_out_schema(8, 6))
+    yield "schema fan-out as tool parameters", {"tools": [{"type": "function", "name": "f", "strict": True,
+                                                           "parameters": fanned_out_schema(10, 8)}],
+                                                "tool_choice": "required", "input": "hi"}
+    yield "schema nested 250 levels", _answer_format(nested_schema(250))
+    yield "schema nested 450 levels (as deep as JSON is parsed)", _deep_schema_text(450)
+    yield "schema of 20,000 properties", _answer_format({"type": "object", "properties": {
+        f"p{n}": {"type": "string"} for n in range(20_000)}})
+    yield "an empty anyOf", _answer_format({"type": "object", "properties": {"a": {"anyOf": []}}})
+    yield "PDF compression bomb", _user({"type": "input_file", "filename": "bomb.pdf", "file_data":
+                                        "data:application/pdf;base64," + base64.b64encode(pdf_bomb()).decode()})
+    yield "PDF bomb in four parts", _user(*[{"type": "input_file", "filename": f"b{n}.pdf", "file_data":
+                                            "data:application/pdf;base64," + base64.b64encode(pdf_bomb(
+                                                repeats=40_000 + n)).decode()} for n in range(4)])
+    yield "image bombs: 8 PNGs of 40M pixels", _user(*[_image(_bilevel_png(6_300 - n, n)) for n in range(8)])
+    yield "one image bomb under many spellings", _user(*[
+        {"type": "input_image", "image_url": f"data:image/png;n={n};base64,"
+                                             + base64.b64encode(_bilevel_png(6_000)).decode()} for n in range(16)])
+    yield "10,000 text parts", _user(*[{"type": "input_text", "text": "x"}] * 10_000)
+    yield "2,000 distinct tiny images", _user(*[_image(_bilevel_png(16, n)) for n in range(2_000)])
+    yield "5,000 input items", {"input": [{"role": "user", "content": "x"}] * 5_000}
+    yield "1,000 tools", {"tools": [{"type": "function", "name": f"f{n}", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string"}}}} for n in range(1_000)], "input": "hi"}
+    yield "input nested 100,000 lists deep", '{"input": ' + "[" * 100_000 + "]" * 100_000 + "}"
+
+
+def serve_costly(root: str, model: str, findings: Findings) -> None:
+    """Each costly input over HTTP, under a probe: no 5xx, /health within its bound, the process within its growth."""
+    with httpx.Client(timeout=300) as client:
+        for label, body in costly_inputs():
+            text = json.dumps(body) if isinstance(body, dict) else body
+            with Probe(root) as probe:
+                answer = client.post(f"{root}/v1/responses", content=f'{{"model": {json.dumps(model)}, {text[1:]}',
+                                     headers={"content-type": "application/json"})
+            findings.saw(label, answer.status_code, answer.text)
+            if probe.slowest > HEALTH_BOUND:
+                findings.problems.append(f"{label}: /health took {probe.slowest:.1f} s (bound {HEALTH_BOUND} s)")
+            if probe.grown > RSS_BOUND:
+                findings.problems.append(f"{label}: the server grew by {probe.grown / 2**20:.0f} MiB "
+                                         f"(bound {RSS_BOUND / 2**20:.0f} MiB)")
+
+
+def serve_mutations(root: str, model: str, findings: Findings, every: int = 1, websocket: bool = False) -> None:
+    """Every `every`-th mutation, over HTTP (or as response.create events on a WebSocket): no 5xx."""
+    cases = [case for index, case in enumerate(mutations(sdk_item_seeds())) if index % every == 0]
+    if not websocket:
+        with httpx.Client(timeout=60) as client:
+            for label, body in cases:
+                answer = client.post(f"{root}/v1/responses", json={"model": model, **body})
+                findings.saw(label, answer.status_code, answer.text)
+        return
+    from websockets.sync.client import connect
+
+    with connect(root.replace("http://", "ws://") + "/v1/responses", max_size=None) as socket:
+        for label, body in cases:
+            socket.send(json.dumps({"type": "response.create", "model": model, **body}))
+            status, last = _answered(socket)
+            findings.saw(f"ws {label}", status, json.dumps(last))
+
+
+def _answered(socket: Any) -> tuple[int, dict[str, Any]]:
+    """The status of one WebSocket answer: an error event's, else 200 once the response's terminal event came."""
+    while True:
+        event = json.loads(socket.recv(timeout=60))
+        if event["type"] == "error":
+            return int(event.get("status", 0)), event
+        if event["type"] in ("response.completed", "response.failed", "response.incomplete"):
+            return 200, event
