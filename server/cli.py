@@ -14,6 +14,8 @@ from parsers.registry import check_reasoning_parser
 from server.attachments.media import MAX_REQUEST_PIXELS
 from server.attachments.work_pool import WorkLimits
 from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS
+from server.webhooks.sender import WebhookSettings
+from server.webhooks.signing import WebhookSecret
 from server.paths.chat_template import check_tool_call_parser
 from server.config import ServerConfig
 from server.http.auth import api_keys
@@ -79,6 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the memory one input worker may map; past it, a 413 naming the part (default 1024)")
     server.add_argument("--max-request-pixels", type=int, default=MAX_REQUEST_PIXELS, metavar="N",
                         help="the pixels of a request's distinct images, in all; more is a 413 (default 64,000,000)")
+    server.add_argument("--webhook-url", default=None, metavar="URL",
+                        help="post each background response's ending (response.completed, failed, cancelled, "
+                             "incomplete) here, signed as Standard Webhooks (needs --webhook-secret-file and a store)")
+    server.add_argument("--webhook-secret-file", default=None, metavar="PATH",
+                        help="a file holding the webhook signing secret, whsec_ and base64, as OpenAI issues them")
+    server.add_argument("--webhook-retry-seconds", type=float, default=WebhookSettings.first_retry_seconds,
+                        metavar="SECONDS", help="the wait after a failed delivery, doubled after each (default 5)")
+    server.add_argument("--webhook-timeout", type=float, default=WebhookSettings.timeout_seconds, metavar="SECONDS",
+                        help="a delivery's time to connect and be answered; a replica's claim on a delivery lasts "
+                             "three times this, then another replica may send it (default 10)")
     server.add_argument("--max-concurrent-requests", type=int, default=None, metavar="N",
                         help="at most N responses generate at once; more are a 429 with Retry-After (default: no cap)")
     server.add_argument("--send-timeout", type=float, default=60.0, metavar="SECONDS",
@@ -198,6 +210,26 @@ def _serve(app: Any, context: Any, args: argparse.Namespace, sock: socket.socket
           max_frame_bytes=args.max_body_bytes, sock=sock)
 
 
+def webhook_settings(args: argparse.Namespace) -> WebhookSettings | None:
+    """The webhook flags, checked (ValueError for a combination that cannot work)."""
+    if args.webhook_url is None:
+        if args.webhook_secret_file is not None:
+            raise ValueError("--webhook-secret-file needs --webhook-url")
+        return None
+    if not args.webhook_url.startswith(("http://", "https://")):
+        raise ValueError("--webhook-url must be an http:// or https:// URL")
+    if args.webhook_secret_file is None:
+        raise ValueError("--webhook-url needs --webhook-secret-file (a whsec_... secret)")
+    if args.store == "none":
+        raise ValueError("--webhook-url needs a store: deliveries wait in it until they arrive")
+    try:
+        secret = WebhookSecret.from_file(args.webhook_secret_file)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--webhook-secret-file: {exc}") from exc
+    return WebhookSettings(args.webhook_url, secret, first_retry_seconds=args.webhook_retry_seconds,
+                           timeout_seconds=args.webhook_timeout)
+
+
 def build_app(args: argparse.Namespace, engine: Any = None, process: int | None = None) -> tuple[Any, Any]:
     """The app and its serving context from parsed flags (raises ValueError for a flag that cannot work).
 
@@ -235,9 +267,10 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         api_process=process,
         input_work=WorkLimits(args.input_workers, args.input_work_seconds, args.input_work_memory_mb << 20),
         max_request_pixels=args.max_request_pixels,
+        webhooks=webhook_settings(args),
     )
     store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count),
-                       data_dir() / "responses.db")
+                       data_dir() / "responses.db", webhooks=args.webhook_url is not None)
     sealer = sealer_from(args.reasoning_key, data_dir())
     replica = args.replica_id or f"{socket.gethostname()}:{args.port}"
     background = BackgroundRuns(owner=replica if process is None else f"{replica}/{process}",

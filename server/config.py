@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from server.attachments.media import MAX_REQUEST_PIXELS
 from server.attachments.work_pool import WorkLimits
+from server.webhooks.sender import WebhookSettings
 
 
 @dataclass(frozen=True)
@@ -29,3 +30,4 @@ class ServerConfig:
     api_process: int | None = None  # this process's index when several API processes share the port
     input_work: WorkLimits = field(default_factory=WorkLimits)  # PDF text and image decoding: workers, time, memory
     max_request_pixels: int = MAX_REQUEST_PIXELS  # of a request's distinct images, in all
+    webhooks: WebhookSettings | None = None  # where background responses' endings are posted (None: nowhere)

@@ -32,6 +32,8 @@ CLIENT_DISCONNECTS = Counter("responses_server_client_disconnects",
                              "Responses whose client went away before the end (their engine requests were aborted)")
 STORE_SECONDS = Histogram("responses_server_store_operation_seconds", "Response store calls, by backend and operation",
                           ["backend", "operation"], buckets=_STORE_BUCKETS)
+WEBHOOK_DELIVERIES = Counter("responses_server_webhook_deliveries", "Webhook delivery attempts, by outcome "
+                             "(delivered, failed_attempt: to be tried again, given_up)", ["outcome"])
 EVENT_LOOP_LAG = Histogram("responses_server_event_loop_lag_seconds", "How late the event loop ran a timer that was "
                            "due (sampled every 0.1 s): what every stream's next event waited", buckets=_LAG_BUCKETS)
 

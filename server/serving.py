@@ -21,6 +21,7 @@ from server.runs.background import BackgroundRuns
 from server.runs.pending_saves import PendingSaves
 from server.history.sealing import Sealer
 from server.store.interface import ResponseStore
+from server.webhooks.sender import WebhookSender
 from streaming.builder import ResponseBuilder
 from streaming.ids import IdFactory, random_id
 from streaming.outcome import Finished
@@ -61,6 +62,12 @@ class ServingContext:
     def input_modalities(self) -> tuple[str, ...]:
         """What the served model reads (text until the engine has started and said more)."""
         return self.engine.input_modalities if self.engine is not None else ("text",)
+
+    def webhook_sender(self) -> WebhookSender | None:
+        """The sender of this process's share of webhook deliveries, when webhooks are configured (with a store)."""
+        if self.config.webhooks is None or self.store is None:
+            return None
+        return WebhookSender(self.config.webhooks, self.store, self.background.owner)
 
     def start(self) -> None:
         self.engine = self.engine_factory()

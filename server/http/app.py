@@ -29,10 +29,15 @@ def create_app(context: ServingContext) -> FastAPI:
         if context.store is not None:
             await context.background.recover(context.store)
         lag = asyncio.create_task(watch_event_loop_lag())
+        sender = context.webhook_sender()
+        if sender is not None:
+            sender.start()
         try:
             yield
         finally:
             lag.cancel()
+            if sender is not None:
+                await sender.stop()
             await context.background.shutdown()
             await context.pending_saves.shutdown()
             context.work_pool.close()

@@ -5,6 +5,7 @@ It is async and small, so a shared backend for several replicas can stand behind
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Protocol
 
@@ -37,6 +38,23 @@ class StoredResponse:
     background: bool = False
     owner: str | None = None  # the replica generating a background response, while it runs
     lease_expires_at: float | None = None  # when its owner's claim lapses unless renewed
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    """A webhook event waiting to be sent: the ending (`type`, `response.completed` ...) of a background response,
+    made at `created_at`, tried `attempts` times so far."""
+
+    id: str  # the event's id (`evt_...`), the same on every attempt
+    response_id: str
+    type: str
+    created_at: int
+    attempts: int = 0
+
+
+def webhook_event_id() -> str:
+    """A new webhook event's id."""
+    return f"evt_{secrets.token_hex(16)}"
 
 
 @dataclass(frozen=True)
@@ -104,6 +122,21 @@ class ResponseStore(Protocol):
     async def fail_interrupted(self, interrupt: Interrupt, restarted_owner: str | None = None) -> list[str]:
         """Fail the running responses whose lease expired (or that `restarted_owner` held before it restarted),
         each with `interrupt`'s response and terminal event; their ids."""
+        ...
+
+    # -- webhooks: with `webhooks` on, finish_owned and fail_interrupted write each ending's delivery to an outbox in
+    # the same transaction; replicas claim due deliveries under a lease, so one replica sends each attempt.
+
+    async def claim_webhooks(self, owner: str, lease_seconds: float, limit: int) -> list[WebhookDelivery]:
+        """Up to `limit` deliveries that are due and claimed by no replica (or whose claim lapsed), now `owner`'s."""
+        ...
+
+    async def webhook_sent(self, delivery_id: str, owner: str) -> None:
+        """The delivery arrived (or is given up): it leaves the outbox."""
+        ...
+
+    async def webhook_failed(self, delivery_id: str, owner: str, retry_in: float) -> None:
+        """The attempt failed: the delivery is due again in `retry_in` seconds, for any replica."""
         ...
 
     async def enforce_retention(self, batch: int) -> int:

@@ -11,8 +11,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from server.store.interface import (RUNNING, Interrupt, Order, RetentionPolicy, StoreRejected, StoreUnavailable,
-                                    StoredConversation,
-                                    StoredResponse)
+                                    StoredConversation, StoredResponse, WebhookDelivery, webhook_event_id)
 from server.store.migrations import migrations
 from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,
                                page_query, retention_query)
@@ -29,9 +28,10 @@ class PostgresStore:
     """A PostgreSQL database named by a `postgresql://` URL; its schema is migrated on first use."""
 
     def __init__(self, url: str, retention: RetentionPolicy = RetentionPolicy(), pool_size: int = 10,
-                 connect_timeout: float = 5.0) -> None:
+                 connect_timeout: float = 5.0, webhooks: bool = False) -> None:
         self.url = url
         self.retention = retention
+        self.webhooks = webhooks  # background endings are written to the webhook outbox
         self._pool = AsyncConnectionPool(url, min_size=1, max_size=pool_size, timeout=connect_timeout, open=False,
                                          kwargs={"autocommit": False, "connect_timeout": max(1, int(connect_timeout))})
         self._pool_open = False
@@ -82,6 +82,8 @@ class PostgresStore:
                                                                    record.id, record.owner))
             if cursor.rowcount:
                 await _insert_events(db, record.id, events)
+                if self.webhooks:
+                    await _to_outbox(db, record.id, record.status)
             return cursor.rowcount > 0
 
         return await self._run(write)
@@ -145,9 +147,27 @@ class PostgresStore:
                 await db.execute("UPDATE responses SET status = %s, response = %s WHERE id = %s",
                                  (response["status"], json.dumps(response), response_id))
                 await _insert_events(db, response_id, [event] if event else [])
+                if self.webhooks:
+                    await _to_outbox(db, response_id, response["status"])
             return [response_id for response_id, _ in rows]
 
         return await self._run(fail)
+
+    async def claim_webhooks(self, owner: str, lease_seconds: float, limit: int) -> list[WebhookDelivery]:
+        rows = await self._rows(
+            f"UPDATE webhook_outbox SET claimed_by = %s, claimed_until = {_NOW} + %s WHERE id IN (SELECT id FROM "
+            f"webhook_outbox WHERE next_attempt_at <= {_NOW} AND (claimed_until IS NULL OR claimed_until < {_NOW}) "
+            "ORDER BY next_attempt_at LIMIT %s FOR UPDATE SKIP LOCKED) "
+            "RETURNING id, response_id, type, created_at, attempts", (owner, lease_seconds, limit))
+        return [WebhookDelivery(*row) for row in rows]
+
+    async def webhook_sent(self, delivery_id: str, owner: str) -> None:
+        await self._count("DELETE FROM webhook_outbox WHERE id = %s AND claimed_by = %s", (delivery_id, owner))
+
+    async def webhook_failed(self, delivery_id: str, owner: str, retry_in: float) -> None:
+        await self._count(f"UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = {_NOW} + %s, "
+                          "claimed_by = NULL, claimed_until = NULL WHERE id = %s AND claimed_by = %s",
+                          (retry_in, delivery_id, owner))
 
     async def create_conversation(self, conversation: StoredConversation, items: list[dict[str, Any]]) -> None:
         async def write(db: Connection) -> None:
@@ -274,3 +294,10 @@ async def _page(db: Connection, table: str, owner_column: str, owner: str, after
 def _redacted(url: str) -> str:
     """The URL without its password, for logs."""
     return psycopg.conninfo.make_conninfo(url, password="***") if "@" in url else url
+
+
+async def _to_outbox(db: Connection, response_id: str, status: str) -> None:
+    """The webhook delivery of a background response's ending, due at once."""
+    await db.execute(f"INSERT INTO webhook_outbox (id, response_id, type, created_at, next_attempt_at) "
+                     f"VALUES (%s, %s, %s, {_NOW}::bigint, {_NOW})", (webhook_event_id(), response_id,
+                                                                      f"response.{status}"))

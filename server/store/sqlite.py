@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from server.store.interface import (RUNNING, Interrupt, Order, RetentionPolicy, StoreUnavailable, StoredConversation,
-                                    StoredResponse)
+                                    StoredResponse, WebhookDelivery, webhook_event_id)
 from server.store.migrations import migrations
 from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,
                                page_query, retention_query)
@@ -26,9 +26,10 @@ class SqliteStore:
     """A file in the data directory; one connection used from one worker thread."""
 
     def __init__(self, path: str | Path, retention: RetentionPolicy = RetentionPolicy(),
-                 busy_timeout: float = 5.0) -> None:
+                 busy_timeout: float = 5.0, webhooks: bool = False) -> None:
         self.path = Path(path)
         self.retention = retention
+        self.webhooks = webhooks  # background endings are written to the webhook outbox
         self.busy_timeout = busy_timeout  # how long a write waits for another writer's lock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="response-store")
         self._connection: sqlite3.Connection | None = None
@@ -77,6 +78,8 @@ class SqliteStore:
                                                               record.owner)).rowcount
             if updated:
                 _insert_events(db, record.id, events)
+                if self.webhooks:
+                    _to_outbox(db, record.id, record.status)
             return updated > 0
 
         return await self._run(write)
@@ -139,9 +142,31 @@ class SqliteStore:
                 db.execute("UPDATE responses SET status = ?, response = ? WHERE id = ?",
                            (response["status"], json.dumps(response), response_id))
                 _insert_events(db, response_id, [event] if event else [])
+                if self.webhooks:
+                    _to_outbox(db, response_id, response["status"])
             return [response_id for response_id, _ in rows]
 
         return await self._run(fail)
+
+    async def claim_webhooks(self, owner: str, lease_seconds: float, limit: int) -> list[WebhookDelivery]:
+        def claim(db: sqlite3.Connection) -> list[WebhookDelivery]:
+            rows = db.execute(
+                f"UPDATE webhook_outbox SET claimed_by = ?, claimed_until = {_NOW} + ? WHERE id IN (SELECT id FROM "
+                f"webhook_outbox WHERE next_attempt_at <= {_NOW} AND (claimed_until IS NULL OR claimed_until < {_NOW}) "
+                "ORDER BY next_attempt_at LIMIT ?) RETURNING id, response_id, type, created_at, attempts",
+                (owner, lease_seconds, limit)).fetchall()
+            return [WebhookDelivery(*row) for row in rows]
+
+        return await self._run(claim)
+
+    async def webhook_sent(self, delivery_id: str, owner: str) -> None:
+        await self._run(lambda db: db.execute("DELETE FROM webhook_outbox WHERE id = ? AND claimed_by = ?",
+                                              (delivery_id, owner)))
+
+    async def webhook_failed(self, delivery_id: str, owner: str, retry_in: float) -> None:
+        await self._run(lambda db: db.execute(
+            f"UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at = {_NOW} + ?, claimed_by = NULL, "
+            "claimed_until = NULL WHERE id = ? AND claimed_by = ?", (retry_in, delivery_id, owner)))
 
     async def create_conversation(self, conversation: StoredConversation, items: list[dict[str, Any]]) -> None:
         def write(db: sqlite3.Connection) -> None:
@@ -257,3 +282,9 @@ def _page(db: sqlite3.Connection, table: str, owner_column: str, owner: str, aft
           order: Order) -> tuple[list[dict[str, Any]], bool]:
     sql, parameters = page_query(table, owner_column, owner, after, limit, order, "?")
     return page(db.execute(sql, parameters).fetchall(), limit)
+
+
+def _to_outbox(db: sqlite3.Connection, response_id: str, status: str) -> None:
+    """The webhook delivery of a background response's ending, due at once."""
+    db.execute(f"INSERT INTO webhook_outbox (id, response_id, type, created_at, next_attempt_at) "
+               f"VALUES (?, ?, ?, CAST({_NOW} AS INTEGER), {_NOW})", (webhook_event_id(), response_id, f"response.{status}"))
