@@ -224,6 +224,9 @@ def costly_inputs() -> Iterator[tuple[str, dict[str, Any] | str]]:
                                                 "tool_choice": "required", "input": "hi"}
     yield "schema nested 250 levels", _answer_format(nested_schema(250))
     yield "schema nested 450 levels (as deep as JSON is parsed)", _deep_schema_text(450)
+    yield "schema at the bound: 4,999 properties", _answer_format({
+        "type": "object", "additionalProperties": False, "required": [f"p{n}" for n in range(4_999)],
+        "properties": {f"p{n}": {"type": "string"} for n in range(4_999)}})
     yield "schema of 20,000 properties", _answer_format({"type": "object", "properties": {
         f"p{n}": {"type": "string"} for n in range(20_000)}})
     yield "an empty anyOf", _answer_format({"type": "object", "properties": {"a": {"anyOf": []}}})

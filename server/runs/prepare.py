@@ -3,6 +3,7 @@ sampling and the builder. Everything that can reject a request happens here, bef
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Awaitable, Callable, Mapping, MutableMapping
@@ -10,13 +11,14 @@ from typing import Any, Awaitable, Callable, Mapping, MutableMapping
 from openai.types.responses import Response, ResponseCompactionItem
 
 from server.history.compaction import compacted_response, summary_request
-from server.constraints.rules import check_schemas, output_rules
+from server.constraints.rules import OutputRules, check_schemas, output_rules
 from server.history.conversation import since_last_compaction, stored_input_items, with_history
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
 from server.errors import GenerationFailed, NotFound, RequestError
 from server.attachments.files import read_files
 from server.attachments.media import checked_images, decoded_images
 from server.attachments.media_fetch import fetch_images
+from server.paths.base import ModelPath, RenderedPrompt
 from server.paths.tools import tool_definitions
 from server.requests import CompactionItem, ResponsesRequest
 from server.runs.echoed_settings import response_settings
@@ -172,7 +174,7 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
                            param="input")
     engine, path = context.started()
     params = checked_images(body, engine.input_modalities, fetched)  # before rendering: a bad image names its part
-    check_schemas(conversation)  # before rendering, which writes them out
+    await asyncio.to_thread(check_schemas, conversation)  # before rendering, which writes them out; off the loop
     rendered = render_to_fit(path.render, conversation, engine.max_model_len)
     images = await decoded_images(rendered.images, params, context.work_pool, fetched,
                                   context.config.max_request_pixels)  # those the prompt kept
@@ -180,14 +182,14 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
     room = engine.max_model_len - len(prompt)
     cap = body.max_output_tokens or context.config.default_max_output_tokens
     max_tokens = min(cap or room, room)
-    rules = output_rules(conversation, rendered.tools, tool_definitions(conversation), budget=max_tokens)
+    rules, structural_tag = await asyncio.to_thread(_constraints, path, conversation, rendered, max_tokens)
     logprobs = (body.top_logprobs or 0) if body.wants_logprobs() else None
     sampling = SamplingSettings(
         max_tokens=max_tokens,
         stop_token_ids=rendered.stop_token_ids,
         banned_token_ids=rendered.banned_token_ids,
         logprobs=logprobs,
-        structural_tag=path.structural_tag(rules),
+        structural_tag=structural_tag,
         thinking_token_budget=path.thinking_budget(rules),
         **sampling_values(body, engine.sampling_defaults),
     )
@@ -204,6 +206,13 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
         token_text=path.token_text if logprobs is not None else None,
         max_tool_calls=rules.max_calls,
     )
+
+
+def _constraints(path: ModelPath, conversation: ResponsesRequest, rendered: RenderedPrompt,
+                 budget: int) -> tuple[OutputRules, str | None]:
+    """The output rules and their grammar (schema analysis and grammar text: in a thread, off the event loop)."""
+    rules = output_rules(conversation, rendered.tools, tool_definitions(conversation), budget=budget)
+    return rules, path.structural_tag(rules)
 
 
 def sampling_values(body: ResponsesRequest, defaults: dict[str, float]) -> dict[str, Any]:
