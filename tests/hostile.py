@@ -109,7 +109,7 @@ def sdk_item_seeds() -> list[dict[str, Any]]:
         hints = get_type_hints(kind, include_extras=False)
         seed = {name: _value_of(annotation) for name, annotation in hints.items()}
         seeds.append({**seed, "call_id": "c1"} if "call_id" in seed else seed)  # outputs answer the call before them
-    png = base64.b64encode(_bilevel_png(4)).decode()
+    png = base64.b64encode(bilevel_png(4)).decode()
     seeds += [
         {"role": "user", "content": [{"type": "input_text", "text": "hi"},
                                      {"type": "input_image", "image_url": f"data:image/png;base64,{png}"},
@@ -147,7 +147,7 @@ def _body(items: list[Any]) -> dict[str, Any]:
 
 # -- costly inputs -------------------------------------------------------------------------------------------------
 
-def _bilevel_png(side: int, seed: int = 0) -> bytes:
+def bilevel_png(side: int, seed: int = 0) -> bytes:
     """A side x side PNG of one bit per pixel (a few KB that decode to 3 bytes a pixel); `seed` makes it another."""
     from PIL import Image
 
@@ -157,6 +157,19 @@ def _bilevel_png(side: int, seed: int = 0) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG", optimize=True)
     return buffer.getvalue()
+
+
+def pdf_file(objects: list[bytes]) -> bytes:
+    """A PDF of these objects (numbered from 1, the first the catalog), with its cross-reference table."""
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
 
 
 def pdf_bomb(pages: int = 4, repeats: int = 40_000) -> bytes:
@@ -170,15 +183,7 @@ def pdf_bomb(pages: int = 4, repeats: int = 40_000) -> bytes:
                 b"/Resources << /Font << /F1 %d 0 R >> >> >>" % (content, content + 1)] * pages
     objects += [b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
                 b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    out, offsets = bytearray(b"%PDF-1.4\n"), []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    return pdf_file(objects)
 
 
 def fanned_out_schema(levels: int, fan: int) -> dict[str, Any]:
@@ -235,12 +240,12 @@ def costly_inputs() -> Iterator[tuple[str, dict[str, Any] | str]]:
     yield "PDF bomb in four parts", _user(*[{"type": "input_file", "filename": f"b{n}.pdf", "file_data":
                                             "data:application/pdf;base64," + base64.b64encode(pdf_bomb(
                                                 repeats=40_000 + n)).decode()} for n in range(4)])
-    yield "image bombs: 8 PNGs of 40M pixels", _user(*[_image(_bilevel_png(6_300 - n, n)) for n in range(8)])
+    yield "image bombs: 8 PNGs of 40M pixels", _user(*[_image(bilevel_png(6_300 - n, n)) for n in range(8)])
     yield "one image bomb under many spellings", _user(*[
         {"type": "input_image", "image_url": f"data:image/png;n={n};base64,"
-                                             + base64.b64encode(_bilevel_png(6_000)).decode()} for n in range(16)])
+                                             + base64.b64encode(bilevel_png(6_000)).decode()} for n in range(16)])
     yield "10,000 text parts", _user(*[{"type": "input_text", "text": "x"}] * 10_000)
-    yield "2,000 distinct tiny images", _user(*[_image(_bilevel_png(16, n)) for n in range(2_000)])
+    yield "2,000 distinct tiny images", _user(*[_image(bilevel_png(16, n)) for n in range(2_000)])
     yield "5,000 input items", {"input": [{"role": "user", "content": "x"}] * 5_000}
     yield "1,000 tools", {"tools": [{"type": "function", "name": f"f{n}", "parameters": {
         "type": "object", "properties": {"a": {"type": "string"}}}} for n in range(1_000)], "input": "hi"}

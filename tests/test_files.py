@@ -13,6 +13,7 @@ from server.config import ServerConfig
 from server.http.app import create_app
 from server.serving import ServingContext
 from tests.conftest import serve_in_thread
+from tests.hostile import pdf_file
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 
 MODEL = "m"
@@ -25,20 +26,11 @@ def data_url(mime: str, data: bytes) -> str:
 def pdf(text: str) -> bytes:
     """A one-page PDF showing `text` (written by hand: objects, a content stream, the cross-reference table)."""
     stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-               b"/Resources << /Font << /F1 5 0 R >> >> >>",
-               b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
-               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    out, offsets = bytearray(b"%PDF-1.4\n"), []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    return pdf_file([b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+                     b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+                     b"/Resources << /Font << /F1 5 0 R >> >> >>",
+                     b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+                     b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"])
 
 
 @pytest.fixture(scope="module")

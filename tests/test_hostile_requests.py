@@ -4,17 +4,11 @@ never a response left running."""
 from __future__ import annotations
 
 import base64
-import io
-import threading
-import time
-import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
-import psutil
 import pytest
-from PIL import Image
 
 from tests.test_harmony import harmony  # noqa: F401  (the fixture)
 from tests.test_images import PLACEHOLDER as VISION_PLACEHOLDER, Vision, image_url, vision  # noqa: F401
@@ -27,6 +21,7 @@ from server.http.app import create_app
 from server.serving import ServingContext
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
+from tests.hostile import HEALTH_BOUND, Probe, bilevel_png, pdf_bomb
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 
 CALL = {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": "{}"}
@@ -146,51 +141,6 @@ def test_a_compaction_that_fails_ends_the_response_failed_and_stored(
     assert context.admission.active == 0
 
 
-def pdf_bomb(pages: int = 4, repeats: int = 40_000) -> bytes:
-    """5 KB of PDF whose one FlateDecode content stream, shared by every page, inflates to 1.4 MiB of text
-    operators: pypdf reads it once per page (seconds each)."""
-    stream = zlib.compress(b"BT /F1 12 Tf 72 720 Td (word) Tj ET\n" * repeats, 9)
-    kids = b" ".join(b"%d 0 R" % (3 + n) for n in range(pages))
-    content = 3 + pages
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages)]
-    objects += [b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
-                b"/Resources << /Font << /F1 %d 0 R >> >> >>" % (content, content + 1)] * pages
-    objects += [b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
-                b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    out, offsets = bytearray(b"%PDF-1.4\n"), []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
-
-
-class HealthProbe:
-    """Asks `/health` every 0.1 s from a thread, keeping the slowest answer's time."""
-
-    def __init__(self, base_url: str) -> None:
-        self.url, self.slowest, self._stop = base_url.removesuffix("/v1") + "/health", 0.0, threading.Event()
-        self._thread = threading.Thread(target=self._probe, daemon=True)
-
-    def __enter__(self) -> "HealthProbe":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _probe(self) -> None:
-        while not self._stop.wait(0.1):
-            started = time.monotonic()
-            httpx.get(self.url, timeout=60)
-            self.slowest = max(self.slowest, time.monotonic() - started)
-
-
-HEALTH_BOUND = 2.0  # seconds: /health answers within this while costly input is served (the PDF takes ~7 s here)
 
 
 def test_a_costly_pdf_is_read_off_the_event_loop_within_a_time_limit(counted: tuple[Harness, ServingContext],
@@ -199,7 +149,7 @@ def test_a_costly_pdf_is_read_off_the_event_loop_within_a_time_limit(counted: tu
     served.play(steps_from_tokens(answer_tokens(tokenizer, "Read."), cuts=[1]))
     part = {"type": "input_file", "filename": "bomb.pdf",
             "file_data": "data:application/pdf;base64," + base64.b64encode(pdf_bomb()).decode()}
-    with HealthProbe(served.base_url) as probe:
+    with Probe(served.base_url.removesuffix("/v1")) as probe:
         response = served.post(input=[{"role": "user", "content": [{"type": "input_text", "text": "Read."}, part]}])
     assert probe.slowest < HEALTH_BOUND, probe.slowest
     assert response.status_code == 400, response.text  # past the work's time limit (1 s here), it names the part
@@ -207,20 +157,13 @@ def test_a_costly_pdf_is_read_off_the_event_loop_within_a_time_limit(counted: tu
     assert error["param"] == "input[0].content[1]" and error["code"] == "file_too_costly", error
 
 
-def _bilevel_png(side: int) -> str:
-    """A side x side black PNG of one bit per pixel: a few KB that decode to 3 bytes a pixel."""
-    buffer = io.BytesIO()
-    Image.new("1", (side, side)).save(buffer, format="PNG", optimize=True)
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
-
-
 def test_images_past_the_requests_pixel_budget_are_a_413_before_any_is_decoded(vision: Vision) -> None:  # noqa: F811
     """Eight 6,300 x 6,300 PNGs (KBs each, 40M pixels each: each under the per-image cap) decoded to ~1.9 GB."""
-    parts = [{"type": "input_image", "image_url": _bilevel_png(6_300 - n)} for n in range(8)]  # 8 distinct images
-    before = psutil.Process().memory_info().rss
-    with HealthProbe(vision.base_url) as probe:
+    parts = [{"type": "input_image", "image_url": "data:image/png;base64,"
+              + base64.b64encode(bilevel_png(6_300 - n)).decode()} for n in range(8)]  # 8 distinct images
+    with Probe(vision.base_url.removesuffix("/v1")) as probe:
         response = vision.post(input=[{"role": "user", "content": parts}])
-    grown = psutil.Process().memory_info().rss - before
+    grown = probe.grown
     assert response.status_code == 413, response.text
     error = response.json()["error"]
     assert error["param"].startswith("input[0].content[") and "pixels" in error["message"], error

@@ -224,24 +224,31 @@ def test_shutdown_ends_a_run_still_waiting_for_its_first_step(tokenizer: Any) ->
     run = ResponseRun(engine, EngineRequest(builder.response_id, [1], SamplingSettings(max_tokens=8)),
                       _TextThenArguments(), None, builder)
 
-    async def scenario() -> list[dict[str, Any]]:
-        events: list[dict[str, Any]] = []
-
-        async def consume() -> None:
-            async for event in run.events():
-                events.append(event.model_dump(mode="json", exclude_unset=True))
-
-        task = asyncio.ensure_future(consume())
+    async def waiting(events: list[dict[str, Any]]) -> None:
         while len(events) < 2:  # created, in_progress: the run now waits for its first step
             await asyncio.sleep(0.01)
-        run.stop("The server is shutting down.")
-        await asyncio.wait_for(task, timeout=60)  # before the fix: never (the step comes in an hour)
-        return events
 
-    events = asyncio.run(scenario())
+    events = asyncio.run(_stopped_once(run, waiting))  # before the fix: never (the step comes in an hour)
     final = validate_events(events)
     assert final.status == "failed" and final.error is not None and "shutting down" in final.error.message
     assert engine.aborted == [builder.response_id]
+
+
+async def _stopped_once(run: Any, ready: Any) -> list[dict[str, Any]]:
+    """The run's events, stopped as a shutdown stops it once `ready(events so far)` has returned."""
+    import asyncio
+
+    events: list[dict[str, Any]] = []
+
+    async def consume() -> None:
+        async for event in run.events():
+            events.append(event.model_dump(mode="json", exclude_unset=True))
+
+    task = asyncio.ensure_future(consume())
+    await ready(events)
+    run.stop("The server is shutting down.")
+    await asyncio.wait_for(task, timeout=60)
+    return events
 
 
 def _wait_for(condition: Any, within: float = 20.0) -> bool:
@@ -467,19 +474,9 @@ def test_shutdown_ends_a_run_during_its_automatic_compaction(tokenizer: Any) -> 
     run = ResponseRun(engine, EngineRequest(builder.response_id, [1], SamplingSettings(max_tokens=8)),
                       _TextThenArguments(), None, builder, before=summarize)
 
-    async def scenario() -> list[dict[str, Any]]:
-        events: list[dict[str, Any]] = []
-
-        async def consume() -> None:
-            async for event in run.events():
-                events.append(event.model_dump(mode="json", exclude_unset=True))
-
-        task = asyncio.ensure_future(consume())
+    async def compacting(_: list[dict[str, Any]]) -> None:
         await summarizing.wait()
-        run.stop("The server is shutting down.")
-        await asyncio.wait_for(task, timeout=60)  # before the fix: an hour
-        return events
 
-    final = validate_events(asyncio.run(scenario()))
+    final = validate_events(asyncio.run(_stopped_once(run, compacting)))  # before the fix: an hour
     assert final.status == "failed" and final.error is not None and "shutting down" in final.error.message
     assert summary_cancelled and engine.requests == []  # the answer was never generated
