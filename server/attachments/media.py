@@ -58,17 +58,18 @@ async def decoded_images(parts: Sequence["ContentPart"], params: Mapping[Any, st
     """The image parts' images as the model gets them, in order, each distinct image (by content and detail)
     decoded once in `pool`; a RequestError naming the part (`params`, else the history's) when one cannot be."""
     budget = _PixelBudget(max_pixels)
-    decoded: dict[tuple[str, str | None], Any] = {}
-    images = []
-    for part in parts:
+    wanted = []
+    for part in parts:  # every image counted before any is decoded
         param = params.get(part.image_url, "previous_response_id")
         source = _source(part.image_url, param, fetched)
         key = hashlib.sha256(source.data).hexdigest()  # a URL's spelling (`;n=1`) does not make another image
         budget.take(key, _checked_size(source, param), param)
-        if (key, part.detail) not in decoded:
-            decoded[(key, part.detail)] = await _decoded(pool, source, part.detail, param)
-        images.append(decoded[(key, part.detail)])
-    return tuple(images)
+        wanted.append((param, source, (key, part.detail)))
+    decoded: dict[tuple[str, str | None], Any] = {}
+    for param, source, (key, detail) in wanted:
+        if (key, detail) not in decoded:
+            decoded[(key, detail)] = await _decoded(pool, source, detail, param)
+    return tuple(decoded[seen] for _, _, seen in wanted)
 
 
 class _PixelBudget:
