@@ -14,12 +14,8 @@ from openai.types.responses import (
     ResponseContentPartAddedEvent,
     ResponseContentPartDoneEvent,
     ResponseCreatedEvent,
-    ResponseCustomToolCallInputDeltaEvent,
-    ResponseCustomToolCallInputDoneEvent,
     ResponseError,
     ResponseFailedEvent,
-    ResponseFunctionCallArgumentsDeltaEvent,
-    ResponseFunctionCallArgumentsDoneEvent,
     ResponseIncompleteEvent,
     ResponseInProgressEvent,
     ResponseOutputItem,
@@ -59,12 +55,12 @@ from streaming.items import (
     Phase,
     PartRecord,
     delta_logprob,
-    item_model,
     part_model,
     usage_model,
 )
 from streaming.outcome import Finished
 from streaming.response import wire_response
+from streaming.writers import item_writers
 
 Clock = Callable[[], float]
 
@@ -129,7 +125,7 @@ class ResponseBuilder:
         """
         self._ids = ids
         self._clock = clock
-        self._seal_reasoning = seal_reasoning
+        self._writers = item_writers(seal_reasoning)
         self._summarize = summarize_reasoning
         self._state = _State()
         self.error: str | None = None  # why feeding stopped early (see `feed`)
@@ -169,13 +165,17 @@ class ResponseBuilder:
     @property
     def called_tools(self) -> bool:
         """A tool call has ended in the output (the client owes its output)."""
-        return any(item.type in ("function_call", "custom_tool_call") for item in self._state.items)
+        return any(self._calls_tool(item.type) for item in self._state.items)
 
     @property
     def in_tool_call(self) -> bool:
         """A tool call is open: its arguments are still coming (no safe place to stop)."""
         open_item = self._state.open_item
-        return open_item is not None and open_item.kind in ("function_call", "custom_tool_call")
+        return open_item is not None and self._calls_tool(open_item.kind)
+
+    def _calls_tool(self, kind: str) -> bool:
+        writer = self._writers.get(kind)  # type: ignore[call-overload]
+        return writer is not None and writer.calls_tool
 
     def start(self) -> list[ResponseStreamEvent]:
         """`response.created` then `response.in_progress`."""
@@ -294,16 +294,12 @@ class ResponseBuilder:
 
     def _tool_arguments(self, delta: ToolCallArguments) -> list[ResponseStreamEvent]:
         item = self._state.open_item
-        if item is None or item.kind not in ("function_call", "custom_tool_call"):
+        if item is None or not self._writers[item.kind].calls_tool:
             raise InvalidDelta(f"the output parser sent tool call arguments with no open tool call ({delta.text!r})")
         if not delta.text:
             return []
         item.arguments.append(delta.text)
-        if item.kind == "custom_tool_call":
-            return [self._emit(ResponseCustomToolCallInputDeltaEvent, type="response.custom_tool_call_input.delta",
-                               item_id=item.id, output_index=item.output_index, delta=delta.text)]
-        return [self._emit(ResponseFunctionCallArgumentsDeltaEvent, type="response.function_call_arguments.delta",
-                           item_id=item.id, output_index=item.output_index, delta=delta.text)]
+        return [self._writers[item.kind].input_delta(item, delta.text, self._emit)]
 
     # -- items ------------------------------------------------------------------------------
 
@@ -311,7 +307,7 @@ class ResponseBuilder:
         item = ItemRecord(kind=kind, id=self._ids(ITEM_PREFIXES[kind]), output_index=len(self._state.items), **tool)
         self._state.open_item = item
         return [self._emit(ResponseOutputItemAddedEvent, type="response.output_item.added",
-                           output_index=item.output_index, item=item_model(item, "in_progress"))]
+                           output_index=item.output_index, item=self._writers[kind].model(item, "in_progress"))]
 
     def _close_open_item(self, status: ItemStatus, phase: Phase | None = None) -> list[ResponseStreamEvent]:
         """Close the open item; a message's `phase` is the parser's word for it, else `commentary` when more output
@@ -326,17 +322,9 @@ class ResponseBuilder:
             events.extend(self._close_part(item, item.parts[-1]))
         if item.summary is not None:
             events.extend(self._close_summary(item, item.summary))
-        if item.kind == "function_call":
-            events.append(self._emit(ResponseFunctionCallArgumentsDoneEvent, type="response.function_call_arguments.done",
-                                     item_id=item.id, output_index=item.output_index,
-                                     arguments="".join(item.arguments), name=item.name))
-        elif item.kind == "custom_tool_call":
-            events.append(self._emit(ResponseCustomToolCallInputDoneEvent, type="response.custom_tool_call_input.done",
-                                     item_id=item.id, output_index=item.output_index, input="".join(item.arguments)))
-        done = item_model(item, status)
-        if item.kind == "reasoning" and self._seal_reasoning is not None:
-            text = "".join(part.final_text or "" for part in item.parts)
-            done = done.model_copy(update={"encrypted_content": self._seal_reasoning(text)})
+        writer = self._writers[item.kind]
+        events.extend(writer.closing(item, self._emit))
+        done = writer.model(item, status)
         self._state.items.append(done)
         self._state.open_item = None
         events.append(self._emit(ResponseOutputItemDoneEvent, type="response.output_item.done",

@@ -1,18 +1,12 @@
-"""The builder's item records and the openai SDK models made from them (items, parts, logprobs, usage)."""
+"""The builder's item records, and the openai SDK models of their parts, logprobs and usage (each item kind's model
+is its writer's: streaming/writers.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from openai.types.responses import (
-    ResponseCustomToolCall,
-    ResponseFunctionToolCall,
-    ResponseOutputItem,
-    ResponseOutputMessage,
-    ResponseReasoningItem,
-    ResponseUsage,
-)
+from openai.types.responses import ResponseUsage
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
 from parsers.deltas import TokenLogprob
@@ -48,28 +42,6 @@ class ItemRecord:
     arguments: list[str] = field(default_factory=list)
     summary: PartRecord | None = None  # a reasoning item's summary, when one is asked for
     phase: Phase | None = None  # a message's, once it is known (when it ends)
-
-
-def item_model(item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
-    if item.kind == "message":
-        if status == "in_progress":
-            return ResponseOutputMessage(type="message", id=item.id, role="assistant", status=status, content=[])
-        content = [part_model(p, p.final_text) for p in item.parts]
-        return ResponseOutputMessage(type="message", id=item.id, role="assistant", status=status, content=content,
-                                     phase=item.phase)
-    if item.kind == "reasoning":
-        done = status != "in_progress"
-        content = [part_model(p, p.final_text) for p in item.parts] if done else []
-        summary = [part_model(item.summary, item.summary.final_text)] if done and item.summary else []
-        return ResponseReasoningItem(type="reasoning", id=item.id, summary=summary, content=content, status=status)
-    arguments = "".join(item.arguments) if status != "in_progress" else ""
-    extra = {"namespace": item.namespace} if item.namespace else {}
-    if item.kind == "function_call":
-        return ResponseFunctionToolCall(type="function_call", id=item.id, call_id=item.call_id, name=item.name,
-                                        arguments=arguments, status=status, **extra)
-    # The SDK's custom_tool_call has no `status` field; it is sent anyway, as for every other item.
-    return ResponseCustomToolCall(type="custom_tool_call", id=item.id, call_id=item.call_id, name=item.name,
-                                  input=arguments, status=status, **extra)
 
 
 def part_model(part: PartRecord, text: str | None) -> dict[str, Any]:
