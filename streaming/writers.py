@@ -4,7 +4,7 @@ and asks the open item's writer for what differs between kinds."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from openai.types.responses import (
     ResponseCustomToolCall,
@@ -70,49 +70,40 @@ class ReasoningWriter(ItemWriter):
         return reasoning
 
 
-class FunctionCallWriter(ItemWriter):
-    """A function call: its arguments stream as `response.function_call_arguments.*`."""
+class CallWriter(ItemWriter):
+    """A call whose input streams: a function's `arguments` (`response.function_call_arguments.*`) or a custom
+    tool's `input` (`response.custom_tool_call_input.*`)."""
 
     calls_tool = True
 
+    def __init__(self, kind: ItemKind, model: type[Any], field: str, events: str, delta: type[Any],
+                 done: type[Any]) -> None:
+        self._kind, self._model, self._field, self._events = kind, model, field, events
+        self._delta, self._done = delta, done
+
     def model(self, item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
-        arguments = "".join(item.arguments) if status != "in_progress" else ""
         extra = {"namespace": item.namespace} if item.namespace else {}
-        return ResponseFunctionToolCall(type="function_call", id=item.id, call_id=item.call_id, name=item.name,
-                                        arguments=arguments, status=status, **extra)
-
-    def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> ResponseStreamEvent:
-        return emit(ResponseFunctionCallArgumentsDeltaEvent, type="response.function_call_arguments.delta",
-                    item_id=item.id, output_index=item.output_index, delta=text)
-
-    def closing(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
-        return [emit(ResponseFunctionCallArgumentsDoneEvent, type="response.function_call_arguments.done",
-                     item_id=item.id, output_index=item.output_index, arguments="".join(item.arguments),
-                     name=item.name)]
-
-
-class CustomToolCallWriter(ItemWriter):
-    """A custom (freeform) tool call: its input streams as `response.custom_tool_call_input.*`."""
-
-    calls_tool = True
-
-    def model(self, item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
         text = "".join(item.arguments) if status != "in_progress" else ""
-        extra = {"namespace": item.namespace} if item.namespace else {}
         # The SDK's custom_tool_call has no `status` field; it is sent anyway, as for every other item.
-        return ResponseCustomToolCall(type="custom_tool_call", id=item.id, call_id=item.call_id, name=item.name,
-                                      input=text, status=status, **extra)
+        return self._model(type=self._kind, id=item.id, call_id=item.call_id, name=item.name, status=status,
+                           **{self._field: text}, **extra)
 
     def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> ResponseStreamEvent:
-        return emit(ResponseCustomToolCallInputDeltaEvent, type="response.custom_tool_call_input.delta",
-                    item_id=item.id, output_index=item.output_index, delta=text)
+        return emit(self._delta, type=f"{self._events}.delta", item_id=item.id, output_index=item.output_index,
+                    delta=text)
 
     def closing(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
-        return [emit(ResponseCustomToolCallInputDoneEvent, type="response.custom_tool_call_input.done",
-                     item_id=item.id, output_index=item.output_index, input="".join(item.arguments))]
+        named = {"name": item.name} if self._kind == "function_call" else {}  # the SDK's done event names a function
+        return [emit(self._done, type=f"{self._events}.done", item_id=item.id, output_index=item.output_index,
+                     **{self._field: "".join(item.arguments)}, **named)]
 
 
 def item_writers(seal_reasoning: Callable[[str], str] | None = None) -> dict[ItemKind, ItemWriter]:
     """The writer of each kind the builder streams (a reasoning item sealed with `seal_reasoning`, when given)."""
     return {"message": MessageWriter(), "reasoning": ReasoningWriter(seal_reasoning),
-            "function_call": FunctionCallWriter(), "custom_tool_call": CustomToolCallWriter()}
+            "function_call": CallWriter("function_call", ResponseFunctionToolCall, "arguments",
+                                        "response.function_call_arguments", ResponseFunctionCallArgumentsDeltaEvent,
+                                        ResponseFunctionCallArgumentsDoneEvent),
+            "custom_tool_call": CallWriter("custom_tool_call", ResponseCustomToolCall, "input",
+                                           "response.custom_tool_call_input", ResponseCustomToolCallInputDeltaEvent,
+                                           ResponseCustomToolCallInputDoneEvent)}
