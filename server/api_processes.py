@@ -40,7 +40,7 @@ def run_api_process(listen_address: str, sock: socket.socket, args: argparse.Nam
     """One API process (the target vLLM's process manager spawns): the app on the shared socket."""
     import logging
 
-    from server.cli import engine_factory, serve_api_process
+    from server.launch import engine_factory, serve_api_process
 
     index = client_config["client_index"]
     logging.basicConfig(level=logging.INFO, format=f"%(levelname)s [api {index}] %(name)s: %(message)s")

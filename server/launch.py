@@ -1,0 +1,162 @@
+"""Building and serving the app from parsed flags: the engine (vLLM, or a replay), the store, the context, and
+uvicorn; one API process of several serves its own app on their shared socket."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from parsers.registry import check_reasoning_parser
+from server.attachments.work_pool import WorkLimits
+from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS
+from server.config import ServerConfig
+from server.history.sealing import sealer_from
+from server.http.auth import api_keys
+from server.paths.chat_template import check_tool_call_parser
+from server.store.factory import open_store
+from server.store.interface import RetentionPolicy
+from server.webhooks.sender import WebhookSettings
+from server.webhooks.signing import WebhookSecret
+
+
+def resolve_model(args: argparse.Namespace) -> None:
+    """No --model: the bundled model, converted once into the cache (a harmony replay needs no model)."""
+    if args.model is None and args.harmony and args.replay_engine_output is not None:
+        args.served_model_name = args.served_model_name or ["gpt-oss"]
+        return
+    if args.model is None:
+        from server.bundled_model import BUNDLED_MODEL_NAME, ensure_bundled_model  # converts on first use
+
+        args.model = str(ensure_bundled_model())
+        if not args.served_model_name:
+            args.served_model_name = [BUNDLED_MODEL_NAME]
+        if args.default_max_output_tokens is None:
+            args.default_max_output_tokens = BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS
+
+
+def served_name(args: argparse.Namespace) -> str:
+    names = args.served_model_name
+    if isinstance(names, str):
+        return names
+    return names[0] if names else args.model
+
+
+def engine_factory(args: argparse.Namespace) -> Any:
+    """A callable that starts the engine (inside the app's event loop): vLLM, or a replay of a recording."""
+    from server.engine import vllm_engine
+    from server.engine.recording import ReplayEngine, RecordingEngine, read_recordings
+
+    if args.replay_engine_output is not None:
+        recordings = read_recordings(args.replay_engine_output)
+
+        def replay() -> Any:
+            name = args.tokenizer or args.model
+            tokenizer = vllm_engine.load_tokenizer(name) if name and not args.harmony else None
+            defaults = vllm_engine.model_sampling_defaults(args.model) if args.model else {}
+            engine = ReplayEngine(recordings, tokenizer, max_model_len=args.max_model_len or 1 << 17,
+                                  sampling_defaults=defaults)
+            # Recording a replay keeps each request's prompt: what a test asserts the model was shown.
+            return RecordingEngine(engine, args.record_engine_output) if args.record_engine_output else engine
+
+        return replay
+
+    engine_args = vllm_engine.engine_args(args)
+
+    def live() -> Any:
+        engine = vllm_engine.VllmEngine.start(engine_args, harmony=args.harmony)
+        if args.record_engine_output is not None:
+            return RecordingEngine(engine, args.record_engine_output)
+        return engine
+
+    return live
+
+
+def data_dir() -> Path:
+    """Where the server keeps its data: $RESPONSES_SERVER_DATA, else ~/.local/share/responses-server."""
+    return Path(os.environ.get("RESPONSES_SERVER_DATA") or Path.home() / ".local" / "share" / "responses-server")
+
+
+def serve_api_process(args: argparse.Namespace, engine: Any, process: int, sock: socket.socket) -> None:
+    """API process `process` of several: its own app, accepting on their shared listening `sock`."""
+    app, context = build_app(args, engine, process)
+    serve(app, context, args, sock)
+
+
+def serve(app: Any, context: Any, args: argparse.Namespace, sock: socket.socket | None = None) -> None:
+    from server.http.graceful import serve
+
+    serve(app, context.admission, args.host, args.port, args.uvicorn_log_level, args.shutdown_timeout,
+          max_frame_bytes=args.max_body_bytes, sock=sock)
+
+
+def webhook_settings(args: argparse.Namespace) -> WebhookSettings | None:
+    """The webhook flags, checked (ValueError for a combination that cannot work)."""
+    if args.webhook_url is None:
+        if args.webhook_secret_file is not None:
+            raise ValueError("--webhook-secret-file needs --webhook-url")
+        return None
+    if not args.webhook_url.startswith(("http://", "https://")):
+        raise ValueError("--webhook-url must be an http:// or https:// URL")
+    if args.webhook_secret_file is None:
+        raise ValueError("--webhook-url needs --webhook-secret-file (a whsec_... secret)")
+    if args.store == "none":
+        raise ValueError("--webhook-url needs a store: deliveries wait in it until they arrive")
+    try:
+        secret = WebhookSecret.from_file(args.webhook_secret_file)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--webhook-secret-file: {exc}") from exc
+    return WebhookSettings(args.webhook_url, secret, first_retry_seconds=args.webhook_retry_seconds,
+                           timeout_seconds=args.webhook_timeout)
+
+
+def build_app(args: argparse.Namespace, engine: Any = None, process: int | None = None) -> tuple[Any, Any]:
+    """The app and its serving context from parsed flags (raises ValueError for a flag that cannot work).
+
+    `engine` starts the engine (default: from the flags); `process` is this API process's index when there are
+    several, which names it as a replica of its own in the shared store.
+    """
+    from server.http.app import create_app
+    from server.serving import ServingContext
+    from server.runs.background import BackgroundRuns
+
+    check_reasoning_parser(args.reasoning_parser or None)
+    check_tool_call_parser(args.tool_call_parser)
+    if args.api_server_count < 1:
+        raise ValueError("--api-server-count must be 1 or more")
+    resolve_model(args)
+    try:
+        keys = api_keys(args.api_key, args.api_key_file)
+    except OSError as exc:
+        raise ValueError(f"--api-key-file: {exc}") from exc
+    config = ServerConfig(
+        served_model_name=served_name(args),
+        api_keys=keys,
+        metrics_need_key=args.metrics_need_key,
+        keepalive_seconds=args.keepalive_interval,
+        reasoning_parser=args.reasoning_parser or None,
+        tool_call_parser=args.tool_call_parser,
+        harmony=args.harmony,
+        max_body_bytes=args.max_body_bytes,
+        max_concurrent_requests=args.max_concurrent_requests,
+        send_timeout_seconds=args.send_timeout,
+        default_max_output_tokens=args.default_max_output_tokens,
+        allowed_media_domains=tuple(getattr(args, "allowed_media_domains", None) or ()),  # vLLM's flag, read too
+        websocket=args.websocket,
+        websocket_max_seconds=args.websocket_max_seconds,
+        api_process=process,
+        input_work=WorkLimits(args.input_workers, args.input_work_seconds, args.input_work_memory_mb << 20),
+        max_request_pixels=args.max_request_pixels,
+        webhooks=webhook_settings(args),
+    )
+    store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count),
+                       data_dir() / "responses.db", webhooks=args.webhook_url is not None)
+    sealer = sealer_from(args.reasoning_key, data_dir())
+    replica = args.replica_id or f"{socket.gethostname()}:{args.port}"
+    background = BackgroundRuns(owner=replica if process is None else f"{replica}/{process}",
+                                lease_seconds=args.lease_seconds)
+    context = ServingContext(config=config, engine_factory=engine or engine_factory(args), store=store,
+                             sealer=sealer, background=background)
+    return create_app(context), context
