@@ -40,7 +40,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.serving import Server  # noqa: E402
+from bench.servers import Server  # noqa: E402
 
 PORT = 8720
 MIN_TOKENS_PER_WAVE = 100_000  # smaller waves are repeated up to this many tokens

@@ -26,7 +26,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.serving import Server  # noqa: E402
+from bench.servers import Server  # noqa: E402
 
 STORY = {"type": "object", "additionalProperties": False, "required": ["story"],
          "properties": {"story": {"type": "string", "minLength": 400, "maxLength": 600}}}  # both paths write as long

@@ -24,7 +24,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.serving import ENGINE_FLAGS, TOOLS, Server  # noqa: E402  (the agent workload's tool)
+from bench.agent_workload import TOOLS  # noqa: E402  (the agent workload's tool)
+from bench.servers import ENGINE_FLAGS, Server  # noqa: E402
 
 FILE = "def handler(request):\n" + "".join(f"    step_{n} = transform(request, {n})\n" for n in range(4))
 MODES = ("chained", "stateless", "websocket")

@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -37,12 +36,13 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.agent_workload import agent_turns  # noqa: E402
+from bench.servers import ENGINE_FLAGS, Server  # noqa: E402
+
 TOPICS = ["Paris", "rivers", "bridges", "museums", "trains", "gardens", "markets", "music"]
-ENGINE_FLAGS = ["--dtype", "float32", "--enforce-eager", "--gpu-memory-utilization", "0.3", "--max-model-len", "2048"]
 # The waves keep three engines up at once (ours, vLLM's server, raw AsyncLLM): each gets half the KV cache.
 WAVE_MEMORY = 0.15
 WAVE_FLAGS = [str(WAVE_MEMORY) if flag == "0.3" else flag for flag in ENGINE_FLAGS]
-START_TIMEOUT = 600
 WAVE_TOKENS = 512  # a wave asking for fewer output tokens is repeated until it has asked for this many
 
 
@@ -90,36 +90,6 @@ def repeats(streams: int, max_tokens: int, min_tokens: int) -> int:
 
 
 # -- the two HTTP servers -----------------------------------------------------------------------
-
-
-class Server:
-    """A server subprocess on a port, stopped on exit."""
-
-    def __init__(self, command: list[str], port: int, log: Path, cwd: Path | None = None) -> None:
-        self.port = port
-        self.process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=cwd,
-                                        env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"})
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{command[:4]} exited; see {log}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        raise RuntimeError(f"{command[:4]} did not start; see {log}")
-
-    def __enter__(self) -> "Server":
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
 
 
 async def responses_stream(client: httpx.AsyncClient, url: str, model: str, n: int, max_tokens: int) -> tuple[float, int]:
@@ -254,51 +224,6 @@ def ratios(rows: list[dict[str, Any]], counts: list[int]) -> list[dict[str, Any]
             entry[f"{system} ttft p50 median"] = round(statistics.median(row[system]["ttft_p50_s"] for row in mine), 3)
         out.append(entry)
     return out
-
-
-# -- the agent workload -------------------------------------------------------------------------
-
-TOOLS = [{"type": "function", "name": "read_file", "description": "Read a file of the project.",
-          "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}]
-FILE = "def handler(request):\n" + "".join(f"    step_{n} = transform(request, {n})\n" for n in range(12))
-
-
-def agent_turns(port: int, model: str, turns: int, stateless: bool) -> list[dict[str, Any]]:
-    """A coding agent's loop: each turn the model must call read_file, the client answers with the file; per turn,
-    the prompt's length, how much of it the prefix cache held, and the time to the response."""
-    url = f"http://127.0.0.1:{port}/v1/responses"
-    session = "stateless" if stateless else "chained"  # each mode its own conversation: no cache shared between them
-    history: list[dict[str, Any]] = [{"role": "user", "content": f"Session {session}: find the bug in the handler. "
-                                      "Read files as needed."}]
-    previous: str | None = None
-    rows = []
-    with httpx.Client(timeout=600) as client:
-        for turn in range(1, turns + 1):
-            body: dict[str, Any] = {"model": model, "tools": TOOLS, "tool_choice": "required", "temperature": 0,
-                                    "max_output_tokens": 48, "input": history}
-            if stateless:
-                body["store"] = False
-            elif previous:
-                body["previous_response_id"] = previous
-            started = time.perf_counter()
-            reply = client.post(url, json=body)
-            seconds = time.perf_counter() - started
-            if reply.status_code != 200:
-                rows.append({"turn": turn, "error": reply.json()["error"]["message"]})
-                break
-            response = reply.json()
-            usage = response["usage"]
-            cached = (usage.get("input_tokens_details") or {}).get("cached_tokens", 0)
-            rows.append({"turn": turn, "input_tokens": usage["input_tokens"], "cached_tokens": cached,
-                         "prefix_cache_hit_ratio": round(cached / usage["input_tokens"], 3),
-                         "seconds": round(seconds, 3)})
-            calls = [item for item in response["output"] if item["type"] == "function_call"]
-            outputs = [{"type": "function_call_output", "call_id": call["call_id"], "output": FILE} for call in calls]
-            if stateless:
-                history = history + response["output"] + outputs
-            else:
-                history, previous = outputs, response["id"]
-    return rows
 
 
 # -- report -------------------------------------------------------------------------------------
