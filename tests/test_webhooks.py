@@ -117,7 +117,7 @@ def _serve_on(app: Any, port: int) -> Any:
 
 
 @pytest.fixture
-def server_with_webhooks(tokenizer: Any, tmp_path: Path) -> Iterator[tuple[str, int]]:
+def server_with_webhooks(tokenizer: Any, tmp_path: Path) -> Iterator[tuple[str, int, Any]]:
     """A server whose background endings go to port P's /hook (nothing listens there until a test starts it)."""
     port = free_port()
     settings = WebhookSettings(f"http://127.0.0.1:{port}/hook", WebhookSecret.parse(SECRET), first_retry_seconds=0.2,
@@ -129,7 +129,7 @@ def server_with_webhooks(tokenizer: Any, tmp_path: Path) -> Iterator[tuple[str, 
                              engine_factory=lambda: engine, ids=counting_ids(), store=store,
                              background=BackgroundRuns(owner="replica-test"))
     with serve_in_thread(create_app(context)) as base_url:
-        yield base_url, port
+        yield base_url, port, store
 
 
 def _until(condition: Any, within: float = 60) -> bool:
@@ -140,8 +140,8 @@ def _until(condition: Any, within: float = 60) -> bool:
 
 
 def test_a_background_ending_is_posted_signed_through_a_receiver_outage(
-        server_with_webhooks: tuple[str, int]) -> None:
-    base_url, port = server_with_webhooks
+        server_with_webhooks: tuple[str, int, Any]) -> None:
+    base_url, port, _ = server_with_webhooks
     client = OpenAI(base_url=base_url, api_key="unused", max_retries=0)
     made = client.responses.create(model=MODEL, input="Go.", background=True)
     assert _until(lambda: client.responses.retrieve(made.id).status == "completed")
@@ -161,8 +161,8 @@ def test_a_background_ending_is_posted_signed_through_a_receiver_outage(
 
 
 def test_a_background_ending_is_posted_once_and_other_responses_not_at_all(
-        server_with_webhooks: tuple[str, int]) -> None:
-    base_url, port = server_with_webhooks
+        server_with_webhooks: tuple[str, int, Any]) -> None:
+    base_url, port, _ = server_with_webhooks
     receiver = Receiver()
     server = _serve_on(receiver.app(), port)
     try:
@@ -237,3 +237,29 @@ def test_a_replica_killed_mid_delivery_leaves_the_delivery_to_another(postgres: 
                 replica.stop()
     assert len({event.id for event in events}) == 1 and len(events) == 2
     assert events[0].type == "response.completed" and events[0].data.id == made.id
+
+
+def test_the_sender_outlives_a_fault_of_its_own(server_with_webhooks: tuple[str, int, Any],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unexpected error while reading the outbox (not an outage) is logged, and the sender goes on."""
+    base_url, port, store = server_with_webhooks
+    claim = store.claim_webhooks
+    faults = 0
+
+    async def claim_once_faulty(*args: Any, **kwargs: Any) -> Any:
+        nonlocal faults
+        if faults == 0:
+            faults += 1
+            raise RuntimeError("a fault of the store's own")
+        return await claim(*args, **kwargs)
+
+    monkeypatch.setattr(store, "claim_webhooks", claim_once_faulty)
+    receiver = Receiver()
+    server = _serve_on(receiver.app(), port)
+    try:
+        client = OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        made = client.responses.create(model=MODEL, input="Go.", background=True)
+        assert _until(lambda: len(receiver.posts) >= 1, within=30), "the sender stopped"
+    finally:
+        server.should_exit = True
+    assert faults == 1 and receiver.events()[0].data.id == made.id

@@ -64,9 +64,12 @@ class WebhookSender:
         while True:
             try:
                 claimed = await self.store.claim_webhooks(self.owner, 3 * self.settings.timeout_seconds, _BATCH)
-            except StoreUnavailable:
+                await asyncio.gather(*(self._deliver(delivery) for delivery in claimed))
+            except StoreUnavailable:  # logged by the store; the claims lapse and are taken again
                 claimed = []
-            await asyncio.gather(*(self._deliver(delivery) for delivery in claimed))
+            except Exception:  # a fault of its own: logged, and the sender goes on (what it claimed is sent again)
+                logger.exception("the webhook sender failed; it goes on")
+                claimed = []
             if len(claimed) < _BATCH:
                 await asyncio.sleep(self.settings.poll_seconds)
 
@@ -83,6 +86,8 @@ class WebhookSender:
             await self._record(delivery, outcome)
         except StoreUnavailable:  # the claim lapses, and the delivery is tried again: at least once
             pass
+        except Exception:  # likewise, logged
+            logger.exception("webhook %s: its outcome could not be recorded", delivery.id)
 
     async def _record(self, delivery: WebhookDelivery, failure: str | None) -> None:
         attempt = delivery.attempts + 1
