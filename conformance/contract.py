@@ -25,11 +25,18 @@ _PART_DONES = {done: (value, kind) for done, value, kind in _PART_DELTAS.values(
 _TOOL_DELTAS = {
     "response.function_call_arguments.delta": ("function_call", "arguments"),
     "response.custom_tool_call_input.delta": ("custom_tool_call", "input"),
+    "response.mcp_call_arguments.delta": ("mcp_call", "arguments"),
 }
 _TOOL_DONES = {
     "response.function_call_arguments.done": ("function_call", "arguments"),
     "response.custom_tool_call_input.done": ("custom_tool_call", "input"),
+    "response.mcp_call_arguments.done": ("mcp_call", "arguments"),
 }
+_STATUSLESS = ("mcp_list_tools", "mcp_approval_request")  # items the SDK types with no status
+# A hosted item's progress: (its item type, the progress it reports). In progress first; then, once its input is
+# whole, completed or failed, as its done item says.
+_HOSTED_PROGRESS = {f"response.{item}.{stage}": (item, stage) for item in ("mcp_call", "mcp_list_tools")
+                    for stage in ("in_progress", "completed", "failed")}
 
 
 class ContractViolation(AssertionError):
@@ -50,6 +57,7 @@ class _OpenItem:
     summary_open: bool = False
     summary_text: list[str] = field(default_factory=list)
     summary_done_value: str | None = None
+    progress: str | None = None  # a hosted item's last progress event (in_progress, completed, failed)
 
 
 def _check(condition: bool, message: str) -> None:
@@ -151,6 +159,12 @@ def _part_or_tool_event(current: _OpenItem, kind: str, event: dict[str, Any]) ->
         if kind == "response.function_call_arguments.done":
             _check(event.get("name") == current.item["name"], "function_call_arguments.done names the call")
         current.tool_done = True
+    elif kind in _HOSTED_PROGRESS:
+        item_type, stage = _HOSTED_PROGRESS[kind]
+        _check(current.item["type"] == item_type, f"{kind} for a {current.item['type']} item")
+        _check((stage == "in_progress") == (current.progress is None), f"{kind} out of order")
+        _check(stage == "in_progress" or item_type != "mcp_call" or current.tool_done, f"{kind} before its input")
+        current.progress = stage
     else:
         raise ContractViolation(f"unexpected event {kind} inside an item")
 
@@ -191,7 +205,16 @@ def _close_item(current: _OpenItem, item: dict[str, Any]) -> None:
     if item["type"] == "compaction":  # made whole before generation: no status, the same when added and done
         _check(item == added and bool(item.get("encrypted_content")), "a compaction item is whole when added")
         return
-    _check(item.get("status") in ("completed", "incomplete"), f"a done item has status {item.get('status')}")
+    if item["type"] in _STATUSLESS:
+        _check("status" not in item, f"a {item['type']} item has no status")
+    elif item["type"] == "mcp_call":
+        _check(item.get("status") in ("completed", "failed", "incomplete"), f"an mcp_call has status {item.get('status')}")
+    else:
+        _check(item.get("status") in ("completed", "incomplete"), f"a done item has status {item.get('status')}")
+    if item["type"] in ("mcp_call", "mcp_list_tools") and item.get("status") != "incomplete":
+        failed = item.get("error") is not None
+        _check(current.progress == ("failed" if failed else "completed"), f"{item['type']} done after "
+               f"{current.progress} progress, with{'' if failed else 'out'} an error")
     if item["type"] in ("message", "reasoning"):
         _check(item.get("content") == current.parts, "the done item's content differs from its done parts")
     if item["type"] == "reasoning":

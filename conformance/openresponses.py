@@ -21,6 +21,10 @@ SCHEMA_FILE = Path(__file__).parent / "data" / f"openresponses-{SPEC_VERSION}.sc
 SDK_ONLY_EVENTS = frozenset({
     "response.reasoning_text.delta", "response.reasoning_text.done",
     "response.custom_tool_call_input.delta", "response.custom_tool_call_input.done",
+    # Hosted MCP tools: the SDK types these events; the spec has none for MCP (its items are extensions too).
+    "response.mcp_list_tools.in_progress", "response.mcp_list_tools.completed", "response.mcp_list_tools.failed",
+    "response.mcp_call.in_progress", "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done",
+    "response.mcp_call.completed", "response.mcp_call.failed",
 })
 # Output items and tools of the SDK beyond the spec's (a custom tool and its call): accepted as extensions.
 _EXTENDED_UNIONS = {"ItemField": "type", "Tool": "type"}
@@ -41,16 +45,21 @@ def _spec() -> tuple[dict[str, Any], dict[str, str]]:
     schemas = document["components"]["schemas"]
     for (name, field), schema in _CORRECTIONS.items():
         schemas[name]["properties"][field] = schema
+    choice = schemas["ResponseResource"]["properties"]["tool_choice"]  # the SDK's other tool choices (a custom
+    choice["oneOf"].append(_other_than({"function", "allowed_tools"}))  # tool's, an MCP server's): extensions too
     for name in _EXTENDED_UNIONS:
-        known = _variant_types(schemas, schemas[name])
-        other = {"type": "object", "required": ["type"], "properties": {"type": {"not": {"enum": sorted(known)}}}}
         variants = schemas[name].get("oneOf") or [{"$ref": schemas[name]["$ref"]}]
-        schemas[name] = {"oneOf": [*variants, other]}
+        schemas[name] = {"oneOf": [*variants, _other_than(_variant_types(schemas, schemas[name]))]}
     events = {}
     for name, schema in schemas.items():
         if name.endswith("StreamingEvent"):
             events[schema["properties"]["type"]["enum"][0]] = name
     return document, events
+
+
+def _other_than(known: set[str]) -> dict[str, Any]:
+    """An object whose `type` is none of `known`: a variant the SDK has beyond the spec's."""
+    return {"type": "object", "required": ["type"], "properties": {"type": {"not": {"enum": sorted(known)}}}}
 
 
 def _variant_types(schemas: dict[str, Any], union: dict[str, Any]) -> set[str]:

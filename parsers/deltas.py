@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
+from parsers.tools import CallKind
+
 
 @dataclass(frozen=True)
 class TokenLogprob:
@@ -40,11 +42,11 @@ class ReasoningText:
 
 @dataclass(frozen=True)
 class ToolCallStarted:
-    """A tool call begins; `custom` tools (freeform input) become custom_tool_call items."""
+    """A tool call begins; its `kind` is the tool table's (a custom tool's freeform input, a hosted tool)."""
 
     name: str
     call_id: str | None = None
-    kind: Literal["function", "custom"] = "function"
+    kind: CallKind = "function"
     namespace: str | None = None
 
 

@@ -157,7 +157,7 @@ class HarmonyParser:
                 self._open, self._custom = "custom", (tool, [])
                 return []
             self._open = "call"
-            return [ToolCallStarted(tool.name, namespace=tool.namespace)]
+            return [ToolCallStarted(tool.name, kind=tool.kind, namespace=tool.namespace)]
         self._open = "reasoning" if channel == "analysis" else "preamble" if channel == "commentary" else "message"
         return []
 

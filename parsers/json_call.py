@@ -87,7 +87,7 @@ class JsonCallStreamer:
             self._mode = "whole"
             return []
         self._mode, self._buffer = "arguments", []
-        return [ToolCallStarted(tool.name, namespace=tool.namespace)] + self._stream_arguments(rest)
+        return [ToolCallStarted(tool.name, kind=tool.kind, namespace=tool.namespace)] + self._stream_arguments(rest)
 
     def _stream_arguments(self, text: str) -> list[Delta]:
         if self._arguments_done or not text:

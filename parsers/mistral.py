@@ -75,7 +75,8 @@ class MistralToolParser:
         elif tag == ARGS:
             self._state, self._arguments = "arguments", JsonValueEnd()
             tool = self.tools.lookup(self._name.strip())
-            deltas.append(ToolCallStarted(tool.name, call_id=self._call_id.strip() or None, namespace=tool.namespace))
+            deltas.append(ToolCallStarted(tool.name, call_id=self._call_id.strip() or None, kind=tool.kind,
+                                           namespace=tool.namespace))
         return deltas
 
     def _stream_arguments(self, text: str) -> tuple[list[Delta], str]:

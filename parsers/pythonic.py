@@ -64,7 +64,7 @@ class PythonicToolParser:
             if char == "(":
                 tool = self.tools.lookup("".join(self._token).strip())
                 self._token, self._first_argument, self._state = [], True, "key"
-                return [ToolCallStarted(tool.name, namespace=tool.namespace), ToolCallArguments("{")]
+                return [ToolCallStarted(tool.name, kind=tool.kind, namespace=tool.namespace), ToolCallArguments("{")]
             self._token.append(char)
             return []
         if self._state == "key":

@@ -91,7 +91,8 @@ class Qwen3CoderToolParser:
     def _open_function(self) -> list[Delta]:
         self._tool = self.tools.lookup(self._name.strip())
         self._state, self._first = "body", True
-        return [ToolCallStarted(self._tool.name, namespace=self._tool.namespace), ToolCallArguments("{")]
+        tool = self._tool
+        return [ToolCallStarted(tool.name, kind=tool.kind, namespace=tool.namespace), ToolCallArguments("{")]
 
     def _open_parameter(self) -> list[Delta]:
         key = self._name.strip()

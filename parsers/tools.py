@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 NAMESPACE_SEPARATOR = "__"
+# What a call becomes: a function's call or a custom (freeform) tool's, which the client runs, or a call of a tool
+# the server runs itself (an MCP server's; `mcp_approval`: one whose calls wait for the client's approval).
+CallKind = Literal["function", "custom", "mcp", "mcp_approval"]
 # A custom (freeform) tool is offered to chat-template models as a function of one string argument.
 CUSTOM_TOOL_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
 
@@ -20,7 +23,7 @@ class ToolSpec:
     """One callable tool: its API name, its kind, and the namespace it was flattened from."""
 
     name: str
-    kind: Literal["function", "custom"] = "function"
+    kind: CallKind = "function"
     namespace: str | None = None
     parameter_types: tuple[tuple[str, str], ...] = ()  # (parameter, JSON schema type) from the tool's schema
 

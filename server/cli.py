@@ -13,7 +13,16 @@ from server.attachments.media import MAX_REQUEST_PIXELS
 from server.attachments.work_pool import WorkLimits
 from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS
 from server.launch import build_app, serve
+from server.tools.mcp_servers import DEFAULT_CALL_SECONDS, DEFAULT_CONNECT_SECONDS, DEFAULT_MAX_OUTPUT_BYTES
 from server.webhooks.sender import WebhookSettings
+
+
+def mcp_server_flag(value: str) -> tuple[str, str]:
+    """`--mcp-server LABEL=URL`."""
+    label, _, url = value.partition("=")
+    if not label or not url.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"expected LABEL=URL with an http(s) URL, got {value!r}")
+    return label, url
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,6 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--webhook-timeout", type=float, default=WebhookSettings.timeout_seconds, metavar="SECONDS",
                         help="a delivery's time to connect and be answered; a replica's claim on a delivery lasts "
                              "three times this, then another replica may send it (default 10)")
+    server.add_argument("--mcp-server", action="append", default=[], metavar="LABEL=URL", type=mcp_server_flag,
+                        help="register an MCP server (repeatable): a request names it by server_label alone")
+    server.add_argument("--allowed-mcp-domains", default="", metavar="HOST[,HOST...]",
+                        help="hosts a request's own MCP server_url may name (default: none; other URLs are a 400 and "
+                        "are never contacted)")
+    server.add_argument("--mcp-connect-timeout", type=float, default=DEFAULT_CONNECT_SECONDS, metavar="SECONDS",
+                        help="to connect to an MCP server and list its tools (default 10)")
+    server.add_argument("--mcp-call-timeout", type=float, default=DEFAULT_CALL_SECONDS, metavar="SECONDS",
+                        help="for one MCP tool call; past it the call ends with an error the model reads (default 60)")
+    server.add_argument("--mcp-max-output-bytes", type=int, default=DEFAULT_MAX_OUTPUT_BYTES, metavar="N",
+                        help="an MCP call's output past this is cut, and says so (default 1 MiB)")
     server.add_argument("--max-concurrent-requests", type=int, default=None, metavar="N",
                         help="at most N responses generate at once; more are a 429 with Retry-After (default: no cap)")
     server.add_argument("--send-timeout", type=float, default=60.0, metavar="SECONDS",

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from server.attachments.media import MAX_REQUEST_PIXELS
 from server.attachments.work_pool import WorkLimits
+from server.tools.mcp_servers import McpSettings
 from server.webhooks.sender import WebhookSettings
 
 
@@ -31,3 +32,4 @@ class ServerConfig:
     input_work: WorkLimits = field(default_factory=WorkLimits)  # PDF text and image decoding: workers, time, memory
     max_request_pixels: int = MAX_REQUEST_PIXELS  # of a request's distinct images, in all
     webhooks: WebhookSettings | None = None  # where background responses' endings are posted (None: nowhere)
+    mcp: McpSettings = field(default_factory=McpSettings)  # MCP servers a request may use, and the bounds of a call

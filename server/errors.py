@@ -23,6 +23,10 @@ class TooLarge(RequestError):
     """A part of the request costs more than the server's bounds allow (its size, pixels, memory)."""
 
 
+class DependencyFailed(RequestError):
+    """A server the request depends on (an MCP server) could not give what the response needs."""
+
+
 class GenerationFailed(Exception):
     """A run the request depends on (a compaction's summary) could not produce its output."""
 

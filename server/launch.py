@@ -18,6 +18,7 @@ from server.http.auth import api_keys
 from server.paths.chat_template import check_tool_call_parser
 from server.store.factory import open_store
 from server.store.interface import RetentionPolicy
+from server.tools.mcp_servers import McpSettings
 from server.webhooks.sender import WebhookSettings
 from server.webhooks.signing import WebhookSecret
 
@@ -92,6 +93,10 @@ def serve(app: Any, context: Any, args: argparse.Namespace, sock: socket.socket 
           max_frame_bytes=args.max_body_bytes, sock=sock)
 
 
+def _hosts(value: str) -> tuple[str, ...]:
+    return tuple(host.strip().lower() for host in value.split(",") if host.strip())
+
+
 def webhook_settings(args: argparse.Namespace) -> WebhookSettings | None:
     """The webhook flags, checked (ValueError for a combination that cannot work)."""
     if args.webhook_url is None:
@@ -150,6 +155,8 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         input_work=WorkLimits(args.input_workers, args.input_work_seconds, args.input_work_memory_mb << 20),
         max_request_pixels=args.max_request_pixels,
         webhooks=webhook_settings(args),
+        mcp=McpSettings(dict(args.mcp_server), _hosts(args.allowed_mcp_domains), args.mcp_connect_timeout,
+                        args.mcp_call_timeout, args.mcp_max_output_bytes),
     )
     store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count),
                        data_dir() / "responses.db", webhooks=args.webhook_url is not None)

@@ -34,6 +34,10 @@ STORE_SECONDS = Histogram("responses_server_store_operation_seconds", "Response 
                           ["backend", "operation"], buckets=_STORE_BUCKETS)
 WEBHOOK_DELIVERIES = Counter("responses_server_webhook_deliveries", "Webhook delivery attempts, by outcome "
                              "(delivered, failed_attempt: to be tried again, given_up)", ["outcome"])
+MCP_CALLS = Counter("responses_server_mcp_calls", "Calls the server made to MCP servers, by server (a registered "
+                    "server's label, else the allowed host) and outcome (output, error)", ["server", "outcome"])
+MCP_CALL_SECONDS = Histogram("responses_server_mcp_call_seconds", "How long MCP calls took, by server", ["server"],
+                             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
 EVENT_LOOP_LAG = Histogram("responses_server_event_loop_lag_seconds", "How late the event loop ran a timer that was "
                            "due (sampled every 0.1 s): what every stream's next event waited", buckets=_LAG_BUCKETS)
 

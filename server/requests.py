@@ -185,6 +185,50 @@ class CompactionItem(_Lenient):
     id: ItemId | None = None
 
 
+class McpListToolsItem(_Lenient):
+    """An MCP server's tools as an earlier response listed them: a later turn calls them without listing again."""
+
+    type: Literal["mcp_list_tools"]
+    server_label: str
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    error: str | None = None
+    id: ItemId | None = None
+
+
+class McpCallItem(_Lenient):
+    """An earlier call the server made to an MCP server, with its output or error."""
+
+    type: Literal["mcp_call"]
+    server_label: str
+    name: str
+    arguments: str = ""
+    output: str | None = None
+    error: Any = None  # a string, or one of the SDK's McpToolCallError shapes
+    approval_request_id: str | None = None
+    id: ItemId | None = None
+    status: str | None = None
+
+
+class McpApprovalRequestItem(_Lenient):
+    """An earlier call of an MCP tool that waited for the client's approval."""
+
+    type: Literal["mcp_approval_request"]
+    id: ItemId
+    server_label: str
+    name: str
+    arguments: str = ""
+
+
+class McpApprovalResponseItem(_Lenient):
+    """The client's answer to an approval request: the call is run (approve) or never run."""
+
+    type: Literal["mcp_approval_response"]
+    approval_request_id: ItemId
+    approve: bool
+    reason: str | None = None
+    id: ItemId | None = None
+
+
 _ITEM_TYPES: dict[str, type[BaseModel]] = {
     "message": MessageItem,
     "function_call": FunctionCallItem,
@@ -193,6 +237,10 @@ _ITEM_TYPES: dict[str, type[BaseModel]] = {
     "custom_tool_call_output": CustomToolCallOutputItem,
     "reasoning": ReasoningItem,
     "compaction": CompactionItem,
+    "mcp_list_tools": McpListToolsItem,
+    "mcp_call": McpCallItem,
+    "mcp_approval_request": McpApprovalRequestItem,
+    "mcp_approval_response": McpApprovalResponseItem,
 }
 
 

@@ -51,11 +51,13 @@ from streaming.items import (
     ItemKind,
     ItemRecord,
     ItemStatus,
+    ListedTools,
     PartKind,
     Phase,
     PartRecord,
     delta_logprob,
     part_model,
+    ToolResult,
     usage_model,
 )
 from streaming.outcome import Finished
@@ -88,6 +90,9 @@ _TEXT_TARGETS: dict[type, tuple[ItemKind, PartKind]] = {
     Refusal: ("message", "refusal"),
     ReasoningText: ("reasoning", "reasoning_text"),
 }
+# The item each kind of call becomes (parsers/tools.py's CallKind).
+_CALL_ITEMS: dict[str, ItemKind] = {"function": "function_call", "custom": "custom_tool_call", "mcp": "mcp_call",
+                                    "mcp_approval": "mcp_approval_request"}
 _FAILURE_MESSAGES = {"abort": "generation was aborted", "error": "generation failed",
                      "cancelled": "the response was cancelled"}
 
@@ -101,6 +106,7 @@ class _State:
     sequence_number: int = 0
     items: list[ResponseOutputItem] = field(default_factory=list)  # finished items, in output order
     open_item: ItemRecord | None = None
+    awaited: ItemRecord | None = None  # a hosted item the model (or the server) has finished, waiting for its result
     pending_whitespace: list[OutputText] = field(default_factory=list)
     started: bool = False
     terminal: Response | None = None
@@ -163,6 +169,31 @@ class ResponseBuilder:
                            item=item)]
 
     @property
+    def awaited(self) -> ItemRecord | None:
+        """The hosted item (an MCP call, a listing) whose result the server owes before anything else is output."""
+        return self._state.awaited
+
+    def open_hosted(self, kind: ItemKind, *, name: str = "", namespace: str | None = None, arguments: str = "",
+                    approval_request_id: str | None = None) -> list[ResponseStreamEvent]:
+        """A hosted item the server makes itself (a listing, an approved call), whole: it then awaits its result."""
+        assert self._state.started and self._state.open_item is None and not self.finished
+        events = self._open_item(kind, name=name, namespace=namespace, approval_request_id=approval_request_id)
+        item = self._state.open_item
+        assert item is not None and self._writers[kind].awaits_result
+        if arguments:
+            item.arguments.append(arguments)
+            events.extend(self._writers[kind].input_delta(item, arguments, self._emit))
+        return events + self._close_open_item("completed")
+
+    def resolve_awaited(self, result: ToolResult | ListedTools) -> list[ResponseStreamEvent]:
+        """The awaited item's result: its events, then its `output_item.done`."""
+        item = self._state.awaited
+        assert item is not None and not self.finished
+        item.result, self._state.awaited = result, None
+        status: ItemStatus = "completed"
+        return self._writers[item.kind].resulting(item, self._emit) + self._item_done(item, status)
+
+    @property
     def called_tools(self) -> bool:
         """A tool call has ended in the output (the client owes its output)."""
         return any(self._calls_tool(item.type) for item in self._state.items)
@@ -171,7 +202,7 @@ class ResponseBuilder:
     def in_tool_call(self) -> bool:
         """A tool call is open: its arguments are still coming (no safe place to stop)."""
         open_item = self._state.open_item
-        return open_item is not None and self._calls_tool(open_item.kind)
+        return open_item is not None and self._writers[open_item.kind].takes_input
 
     def _calls_tool(self, kind: str) -> bool:
         writer = self._writers.get(kind)  # type: ignore[call-overload]
@@ -231,6 +262,9 @@ class ResponseBuilder:
             events.extend(self._flush_whitespace())
         self._state.pending_whitespace.clear()
         events.extend(self._close_open_item("incomplete" if cut else "completed"))
+        if self._state.awaited is not None:  # a hosted call the run ended before its result: never run
+            events.extend(self._item_done(self._state.awaited, "incomplete"))
+            self._state.awaited = None
         events.append(self._terminal_event(finished))
         return events
 
@@ -281,7 +315,7 @@ class ResponseBuilder:
     def _start_tool_call(self, delta: ToolCallStarted) -> list[ResponseStreamEvent]:
         self._state.pending_whitespace.clear()
         events = self._close_open_item("completed", phase="commentary")
-        kind: ItemKind = "custom_tool_call" if delta.kind == "custom" else "function_call"
+        kind = _CALL_ITEMS[delta.kind]
         events.extend(
             self._open_item(
                 kind,
@@ -294,20 +328,24 @@ class ResponseBuilder:
 
     def _tool_arguments(self, delta: ToolCallArguments) -> list[ResponseStreamEvent]:
         item = self._state.open_item
-        if item is None or not self._writers[item.kind].calls_tool:
+        if item is None or not self._writers[item.kind].takes_input:
             raise InvalidDelta(f"the output parser sent tool call arguments with no open tool call ({delta.text!r})")
         if not delta.text:
             return []
         item.arguments.append(delta.text)
-        return [self._writers[item.kind].input_delta(item, delta.text, self._emit)]
+        return self._writers[item.kind].input_delta(item, delta.text, self._emit)
 
     # -- items ------------------------------------------------------------------------------
 
     def _open_item(self, kind: ItemKind, **tool: Any) -> list[ResponseStreamEvent]:
+        if self._state.awaited is not None:
+            raise InvalidDelta("output followed a hosted tool's call before the call's result")
         item = ItemRecord(kind=kind, id=self._ids(ITEM_PREFIXES[kind]), output_index=len(self._state.items), **tool)
         self._state.open_item = item
+        writer = self._writers[kind]
         return [self._emit(ResponseOutputItemAddedEvent, type="response.output_item.added",
-                           output_index=item.output_index, item=self._writers[kind].model(item, "in_progress"))]
+                           output_index=item.output_index, item=writer.model(item, "in_progress")),
+                *writer.opening(item, self._emit)]
 
     def _close_open_item(self, status: ItemStatus, phase: Phase | None = None) -> list[ResponseStreamEvent]:
         """Close the open item; a message's `phase` is the parser's word for it, else `commentary` when more output
@@ -324,12 +362,17 @@ class ResponseBuilder:
             events.extend(self._close_summary(item, item.summary))
         writer = self._writers[item.kind]
         events.extend(writer.closing(item, self._emit))
-        done = writer.model(item, status)
-        self._state.items.append(done)
         self._state.open_item = None
-        events.append(self._emit(ResponseOutputItemDoneEvent, type="response.output_item.done",
-                                 output_index=item.output_index, item=done))
-        return events
+        if writer.awaits_result and status == "completed":  # done once the server has its result
+            self._state.awaited = item
+            return events
+        return events + self._item_done(item, status)
+
+    def _item_done(self, item: ItemRecord, status: ItemStatus) -> list[ResponseStreamEvent]:
+        done = self._writers[item.kind].model(item, status)
+        self._state.items.append(done)
+        return [self._emit(ResponseOutputItemDoneEvent, type="response.output_item.done",
+                           output_index=item.output_index, item=done)]
 
     # -- content parts ----------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ from openai.types.responses.response_usage import InputTokensDetails, OutputToke
 from parsers.deltas import TokenLogprob
 from streaming.outcome import Finished
 
-ItemKind = Literal["message", "reasoning", "function_call", "custom_tool_call"]
+ItemKind = Literal["message", "reasoning", "function_call", "custom_tool_call", "mcp_call", "mcp_approval_request",
+                   "mcp_list_tools"]
 PartKind = Literal["output_text", "refusal", "reasoning_text", "summary_text"]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 Phase = Literal["commentary", "final_answer"]  # a preamble before more output, or the answer
@@ -42,6 +43,26 @@ class ItemRecord:
     arguments: list[str] = field(default_factory=list)
     summary: PartRecord | None = None  # a reasoning item's summary, when one is asked for
     phase: Phase | None = None  # a message's, once it is known (when it ends)
+    approval_request_id: str | None = None  # a hosted call's, when the client approved it in advance
+    result: "ToolResult | ListedTools | None" = None  # a hosted item's outcome, once the server has it
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What the server got from running a hosted tool (an MCP server's): its output, or the error it ended in (one
+    of the SDK's `McpToolCallError` shapes)."""
+
+    output: str | None = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ListedTools:
+    """An MCP server's tools as it listed them (the SDK's `McpListToolsTool` fields), or why it could not."""
+
+    server_label: str
+    tools: tuple[dict[str, Any], ...] = ()
+    error: str | None = None
 
 
 def part_model(part: PartRecord, text: str | None) -> dict[str, Any]:

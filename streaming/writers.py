@@ -19,7 +19,19 @@ from openai.types.responses import (
     ResponseStreamEvent,
 )
 
-from streaming.items import ItemKind, ItemRecord, ItemStatus, part_model
+from openai.types.responses import (
+    ResponseMcpCallArgumentsDeltaEvent,
+    ResponseMcpCallArgumentsDoneEvent,
+    ResponseMcpCallCompletedEvent,
+    ResponseMcpCallFailedEvent,
+    ResponseMcpCallInProgressEvent,
+    ResponseMcpListToolsCompletedEvent,
+    ResponseMcpListToolsFailedEvent,
+    ResponseMcpListToolsInProgressEvent,
+)
+from openai.types.responses.response_output_item import McpApprovalRequest, McpCall, McpListTools, McpListToolsTool
+
+from streaming.items import ItemKind, ItemRecord, ItemStatus, ListedTools, ToolResult, part_model
 
 Emit = Callable[..., ResponseStreamEvent]  # an event of this class with these fields, numbered in sequence
 
@@ -27,17 +39,27 @@ Emit = Callable[..., ResponseStreamEvent]  # an event of this class with these f
 class ItemWriter:
     """What every kind has: its model; no events of its own, and no input to stream."""
 
-    calls_tool = False  # a tool call: the client owes its output once it ends
+    calls_tool = False  # a tool call the client runs: it owes the output once the call ends
+    takes_input = False  # a call: its input (arguments) streams in while it is open
+    awaits_result = False  # a hosted tool's item: once the model's part ends, it waits for the server's result
 
     def model(self, item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
         raise NotImplementedError
 
-    def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> ResponseStreamEvent:
-        """The event of more input for a call (only calls have input)."""
+    def opening(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        """The events of this kind after the item's `output_item.added`."""
+        return []
+
+    def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> list[ResponseStreamEvent]:
+        """The events of more input for a call (only calls have input)."""
         raise NotImplementedError
 
     def closing(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
-        """The events of this kind before the item's `output_item.done`."""
+        """The events of this kind when the model's part of the item ends (before `output_item.done`)."""
+        return []
+
+    def resulting(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        """The events of a hosted item's result (`item.result`), before its `output_item.done`."""
         return []
 
 
@@ -75,6 +97,7 @@ class CallWriter(ItemWriter):
     tool's `input` (`response.custom_tool_call_input.*`)."""
 
     calls_tool = True
+    takes_input = True
 
     def __init__(self, kind: ItemKind, model: type[Any], field: str, events: str, delta: type[Any],
                  done: type[Any]) -> None:
@@ -88,14 +111,85 @@ class CallWriter(ItemWriter):
         return self._model(type=self._kind, id=item.id, call_id=item.call_id, name=item.name, status=status,
                            **{self._field: text}, **extra)
 
-    def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> ResponseStreamEvent:
-        return emit(self._delta, type=f"{self._events}.delta", item_id=item.id, output_index=item.output_index,
-                    delta=text)
+    def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> list[ResponseStreamEvent]:
+        return [emit(self._delta, type=f"{self._events}.delta", item_id=item.id, output_index=item.output_index,
+                     delta=text)]
 
     def closing(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
         named = {"name": item.name} if self._kind == "function_call" else {}  # the SDK's done event names a function
         return [emit(self._done, type=f"{self._events}.done", item_id=item.id, output_index=item.output_index,
                      **{self._field: "".join(item.arguments)}, **named)]
+
+
+class McpCallWriter(ItemWriter):
+    """A call the server makes to an MCP server: its arguments stream, then the server runs it and the item ends
+    with its `output` or its `error` (`response.mcp_call.completed` or `.failed`)."""
+
+    awaits_result = True
+    takes_input = True
+
+    def model(self, item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
+        result = item.result if isinstance(item.result, ToolResult) else ToolResult()
+        if result.error is not None and status == "completed":
+            status = "failed"  # type: ignore[assignment]
+        return McpCall(type="mcp_call", id=item.id, server_label=item.namespace or "", name=item.name,
+                       arguments="".join(item.arguments), output=result.output, error=result.error,
+                       approval_request_id=item.approval_request_id, status=status)
+
+    def opening(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        return [emit(ResponseMcpCallInProgressEvent, type="response.mcp_call.in_progress", item_id=item.id,
+                     output_index=item.output_index)]
+
+    def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> list[ResponseStreamEvent]:
+        return [emit(ResponseMcpCallArgumentsDeltaEvent, type="response.mcp_call_arguments.delta", item_id=item.id,
+                     output_index=item.output_index, delta=text)]
+
+    def closing(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        return [emit(ResponseMcpCallArgumentsDoneEvent, type="response.mcp_call_arguments.done", item_id=item.id,
+                     output_index=item.output_index, arguments="".join(item.arguments))]
+
+    def resulting(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        failed = not isinstance(item.result, ToolResult) or item.result.error is not None
+        event, name = ((ResponseMcpCallFailedEvent, "failed") if failed else (ResponseMcpCallCompletedEvent, "completed"))
+        return [emit(event, type=f"response.mcp_call.{name}", item_id=item.id, output_index=item.output_index)]
+
+
+class McpApprovalWriter(ItemWriter):
+    """A call of an MCP tool that needs the client's approval first: the item asks for it, and nothing is run."""
+
+    calls_tool = True  # the client owes an answer (an `mcp_approval_response`)
+    takes_input = True
+
+    def model(self, item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
+        return McpApprovalRequest(type="mcp_approval_request", id=item.id, server_label=item.namespace or "",
+                                  name=item.name, arguments="".join(item.arguments))
+
+    def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> list[ResponseStreamEvent]:
+        return []  # the request is shown whole, when it is done
+
+
+class McpListToolsWriter(ItemWriter):
+    """An MCP server's tools, as the server listed them (`response.mcp_list_tools.*`)."""
+
+    awaits_result = True
+
+    def model(self, item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
+        listed = item.result if isinstance(item.result, ListedTools) else None
+        tools = [McpListToolsTool.model_validate(tool) for tool in listed.tools] if listed else []
+        return McpListTools(type="mcp_list_tools", id=item.id, server_label=item.namespace or "", tools=tools,
+                            error=listed.error if listed else None)
+
+    def opening(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        return [emit(ResponseMcpListToolsInProgressEvent, type="response.mcp_list_tools.in_progress",
+                     item_id=item.id, output_index=item.output_index)]
+
+    def resulting(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        listed = item.result
+        if not isinstance(listed, ListedTools) or listed.error is not None:
+            return [emit(ResponseMcpListToolsFailedEvent, type="response.mcp_list_tools.failed", item_id=item.id,
+                         output_index=item.output_index)]
+        return [emit(ResponseMcpListToolsCompletedEvent, type="response.mcp_list_tools.completed", item_id=item.id,
+                     output_index=item.output_index)]
 
 
 def item_writers(seal_reasoning: Callable[[str], str] | None = None) -> dict[ItemKind, ItemWriter]:
@@ -106,4 +200,6 @@ def item_writers(seal_reasoning: Callable[[str], str] | None = None) -> dict[Ite
                                         ResponseFunctionCallArgumentsDoneEvent),
             "custom_tool_call": CallWriter("custom_tool_call", ResponseCustomToolCall, "input",
                                            "response.custom_tool_call_input", ResponseCustomToolCallInputDeltaEvent,
-                                           ResponseCustomToolCallInputDoneEvent)}
+                                           ResponseCustomToolCallInputDoneEvent),
+            "mcp_call": McpCallWriter(), "mcp_approval_request": McpApprovalWriter(),
+            "mcp_list_tools": McpListToolsWriter()}

@@ -15,7 +15,7 @@ from server.requests import ResponsesRequest
 # Tool choices naming a tool the server does not run (OpenAI's hosted tools).
 _HOSTED_TOOL_CHOICES = frozenset({
     "web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26", "file_search",
-    "computer_use_preview", "computer", "code_interpreter", "image_generation", "mcp", "shell", "apply_patch",
+    "computer_use_preview", "computer", "code_interpreter", "image_generation", "shell", "apply_patch",
     "local_shell", "tool_search",
 })
 
@@ -117,9 +117,24 @@ def _call_rules(request: ResponsesRequest, table: ToolTable | None,
                       restricted=len(tools) > 1)
     if kind == "allowed_tools":
         return _allowed_tools(tools, choice, definitions)
+    if kind == "mcp":
+        return _mcp_choice(tools, choice, definitions)
     if kind in _HOSTED_TOOL_CHOICES:
         raise RequestError(f"tool_choice {kind!r} names a hosted tool this server does not run.", param="tool_choice")
     raise RequestError(f"Unknown tool_choice type {kind!r}.", param="tool_choice.type")
+
+
+def _mcp_choice(tools: tuple[ToolSpec, ...], choice: dict[str, Any],
+                definitions: dict[str, dict[str, Any]]) -> CallRules:
+    """`{"type": "mcp", "server_label": L, "name": N}`: a call of that server's tool N (of any it offers, without N)."""
+    label, name = choice.get("server_label"), choice.get("name")
+    chosen = tuple(tool for tool in tools if tool.kind in ("mcp", "mcp_approval") and tool.namespace == label
+                   and name in (None, tool.name))
+    if not chosen:
+        what = f"tool {name!r} of MCP server {label!r}" if name is not None else f"MCP server {label!r}"
+        raise RequestError(f"tool_choice names the {what}, which offers no such tool here.",
+                           param="tool_choice.name" if name is not None else "tool_choice.server_label")
+    return _rules(chosen, definitions, required=True, restricted=len(chosen) < len(tools))
 
 
 def _allowed_tools(tools: tuple[ToolSpec, ...], choice: dict[str, Any],

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from server.errors import GenerationFailed, NotFound, RequestError, TooLarge, invalid_value
+from server.errors import DependencyFailed, GenerationFailed, NotFound, RequestError, TooLarge, invalid_value
 from server.metrics import CLIENT_ERRORS
 from server.runs.admission import Draining, Overloaded
 from server.store.interface import StoreRejected, StoreUnavailable
@@ -61,8 +61,10 @@ def from_validation_error(exc: ValidationError | RequestValidationError, prefix:
 
 
 def from_request_error(exc: RequestError) -> APIError:
-    """A domain error's answer: 404 for what does not exist, else 400."""
-    status = 404 if isinstance(exc, NotFound) else 413 if isinstance(exc, TooLarge) else 400
+    """A domain error's answer: 404 for what does not exist, 413 for what costs too much, 424 for a server the
+    request depends on that failed, else 400."""
+    status = (404 if isinstance(exc, NotFound) else 413 if isinstance(exc, TooLarge)
+              else 424 if isinstance(exc, DependencyFailed) else 400)
     return APIError(exc.message, status=status, param=exc.param, code=exc.code)
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from parsers.tools import CUSTOM_TOOL_PARAMETERS, ToolSpec, ToolTable, model_name
+from parsers.tools import CUSTOM_TOOL_PARAMETERS, CallKind, ToolSpec, ToolTable, model_name
 from server.requests import ResponsesRequest
+
+# A namespace's member types -> what their calls are (an MCP server's tools, as server/tools/hosted.py shows them).
+_MEMBER_KINDS: dict[str, CallKind] = {"function": "function", "mcp": "mcp", "mcp_approval": "mcp_approval"}
 
 
 def tool_table(request: ResponsesRequest) -> ToolTable | None:
@@ -20,9 +23,10 @@ def tool_table(request: ResponsesRequest) -> ToolTable | None:
             specs.append(ToolSpec(tool["name"], parameter_types=_parameter_types(tool)))
         elif kind == "custom" and tool.get("name"):
             specs.append(ToolSpec(tool["name"], kind="custom"))
-        elif kind == "namespace" and tool.get("name"):
-            specs += [ToolSpec(t["name"], namespace=tool["name"], parameter_types=_parameter_types(t))
-                      for t in tool.get("tools") or [] if t.get("type") == "function" and t.get("name")]
+        elif kind == "namespace" and tool.get("name"):  # Codex's groups, and the tools of an MCP server
+            specs += [ToolSpec(t["name"], kind=_MEMBER_KINDS[t["type"]], namespace=tool["name"],
+                               parameter_types=_parameter_types(t))
+                      for t in tool.get("tools") or [] if t.get("type") in _MEMBER_KINDS and t.get("name")]
     return ToolTable(tuple(specs)) if specs else None
 
 

@@ -91,7 +91,8 @@ class VllmToolParser:
                 if self._open_index is not None:
                     deltas.append(ItemEnded())
                 tool = self.tools.lookup(function.name)
-                deltas.append(ToolCallStarted(tool.name, call_id=call.id, namespace=tool.namespace))
+                deltas.append(ToolCallStarted(tool.name, call_id=call.id, kind=tool.kind,
+                                                namespace=tool.namespace))
                 self._open_index = call.index
             if function is not None and function.arguments and self._open_index is not None:
                 deltas.append(ToolCallArguments(function.arguments))

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, TypeVar
 
 from openai.types.responses import Response, ResponseOutputItem, ResponseStreamEvent
 
@@ -17,6 +17,7 @@ from server.engine.interface import Engine, EngineRequest, EngineStep, StepLogpr
 from server.errors import GenerationFailed, RequestError
 from server.runs.admission import Slot
 from streaming.builder import ResponseBuilder
+from streaming.items import ListedTools, ToolResult
 from streaming.outcome import Finished, Usage
 
 logger = logging.getLogger(__name__)
@@ -24,27 +25,54 @@ GENERATION_FAILED = "The model's output could not be generated; the server logge
 T = TypeVar("T")
 
 
+HOSTED_CALLS = ("mcp", "mcp_approval")  # calls the server answers (or asks approval for) before the model goes on
+
+
 @dataclass
 class CallCounter:
-    """Counts the tool calls the deltas complete, to stop at a limit (parallel_tool_calls false, max_tool_calls)."""
+    """Counts the tool calls the deltas complete, to stop at a limit (parallel_tool_calls false, max_tool_calls),
+    and stops a pass at the end of a hosted call: the model goes on once the server has its result."""
 
     completed: int = 0
     capped: bool = False
-    _in_call: bool = False
+    hosted: bool = False  # a hosted call has ended: the pass stops there
+    _open: str | None = None  # the kind of the call the deltas are in
 
     def cap(self, deltas: list[Any], limit: int | None) -> list[Any]:
-        """The deltas up to the end of the call that reaches `limit` (then `capped` is set)."""
-        if limit is None:
-            return deltas
+        """The deltas up to the end of the call that reaches `limit` (then `capped` is set), or of a hosted call."""
         for index, delta in enumerate(deltas):
             if isinstance(delta, ToolCallStarted):
-                self._in_call = True
-            elif isinstance(delta, ItemEnded) and self._in_call:
-                self._in_call, self.completed = False, self.completed + 1
-                if self.completed >= limit:
-                    self.capped = True
+                self._open = delta.kind
+            elif isinstance(delta, ItemEnded) and self._open is not None:
+                self.hosted, self._open = self._open in HOSTED_CALLS, None
+                self.completed += 1
+                self.capped = limit is not None and self.completed >= limit
+                if self.capped or self.hosted:
                     return deltas[:index + 1]
         return deltas
+
+
+@dataclass(frozen=True)
+class ApprovedCall:
+    """A hosted call the client approved in advance: the server runs it before the model's first pass."""
+
+    server_label: str
+    name: str
+    arguments: str
+    approval_request_id: str
+
+
+class HostedPasses(Protocol):
+    """What a run asks of the tools its server runs: the listings it shows first, the approved calls it runs
+    first, each call's result, and the pass that goes on from the output so far."""
+
+    def listings(self) -> list[ListedTools]: ...
+
+    def approved(self) -> list[ApprovedCall]: ...
+
+    async def call(self, server_label: str, name: str, arguments: str) -> ToolResult: ...
+
+    async def next_pass(self, output: list[ResponseOutputItem]) -> "ResponseRun": ...
 
 
 @dataclass
@@ -71,6 +99,7 @@ class ResponseRun:
     slot: Slot | None = None  # this run's place under --max-concurrent-requests, released when it ends
     generate: bool = True  # False: the response is prepared (rendered, validated) and completes with no output
     before: Callable[[], Awaitable[Continuation]] | None = None  # a step before generation, which it continues from
+    hosted: HostedPasses | None = None  # the tools the server runs between passes (MCP servers)
 
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -80,6 +109,8 @@ class ResponseRun:
     _stopping: Finished | None = None  # set by stop() or steer(): how the run ends, at its next safe step
     _waiting: asyncio.Task[Any] | None = None  # the task iterating this run, while it waits for the engine
     _task: asyncio.Task[Any] | None = None  # the task iterating this run: every caller does so in one `async for`
+    _pass_end: Finished | None = None  # how the last engine request ended
+    _outcome: Finished | None = None  # how the run ends, once a step has decided it
 
     async def events(self) -> AsyncIterator[ResponseStreamEvent]:
         """created, in_progress, the items' events, then exactly one terminal event.
@@ -148,7 +179,10 @@ class ResponseRun:
 
     def _may_stop_now(self) -> bool:
         """A stop was asked for and may happen here: a stop at once, a steer when no tool call is open."""
-        return self._stopping is not None and (self._stopping.reason != "steered" or not self.builder.in_tool_call)
+        if self._stopping is None:
+            return False
+        busy = self.builder.in_tool_call or self.builder.awaited is not None  # a steer waits for a call's end
+        return self._stopping.reason != "steered" or not busy
 
     async def _next_step(self, steps: AsyncIterator[EngineStep]) -> EngineStep | None:
         """The engine's next step; None when there are no more, or when `stop()` interrupted the wait."""
@@ -189,20 +223,102 @@ class ResponseRun:
             for event in self._finish(await self._prefill()):
                 yield event
             return
-        if self.before is not None:
-            try:
-                continuation = await self._engine_work(self.before())  # stop() interrupts it, as a wait for the engine
-            except Exception as exc:  # after response.created: the response ends failed, saying why
-                for event in self._finish(Finished("error", error_message=self._compaction_failure(exc))):
-                    yield event
-                return
-            if continuation is None:  # stopped (shutdown) while compacting
-                for event in self._finish(self._stopping or Finished("error", error_message=GENERATION_FAILED)):
-                    yield event
-                return
-            for event in self.builder.add_item(continuation.item):
+        for step in (self._compaction, self._hosted_start, self._passes):  # each sets `_outcome` when the run ends
+            async for event in step():
                 yield event
-            self._continue_as(continuation)
+            if self._outcome is not None:
+                break
+        for event in self._finish(self._outcome or Finished("error", error_message=GENERATION_FAILED)):
+            yield event
+
+    async def _compaction(self) -> AsyncIterator[ResponseStreamEvent]:
+        """The step before generation (an automatic compaction), when there is one: its item, then the run goes on
+        from it."""
+        if self.before is None:
+            return
+        try:
+            continuation = await self._engine_work(self.before())  # stop() interrupts it, as a wait for the engine
+        except Exception as exc:  # after response.created: the response ends failed, saying why
+            self._outcome = Finished("error", error_message=self._compaction_failure(exc))
+            return
+        if continuation is None:  # stopped (shutdown) while compacting
+            self._outcome = self._stopping or Finished("error", error_message=GENERATION_FAILED)
+            return
+        for event in self.builder.add_item(continuation.item):
+            yield event
+        self._continue_as(continuation)
+
+    async def _hosted_start(self) -> AsyncIterator[ResponseStreamEvent]:
+        """The MCP servers listed for this response, then the calls the client approved (the first pass goes on
+        from their results)."""
+        if self.hosted is None:
+            return
+        for listed in self.hosted.listings():
+            for event in self.builder.open_hosted("mcp_list_tools", namespace=listed.server_label):
+                yield event
+            for event in self.builder.resolve_awaited(listed):
+                yield event
+            if listed.error is not None:
+                self._outcome = Finished("error", error_message=listed.error)
+                return
+        approved = self.hosted.approved()
+        for call in approved:
+            for event in self.builder.open_hosted("mcp_call", name=call.name, namespace=call.server_label,
+                                                  arguments=call.arguments,
+                                                  approval_request_id=call.approval_request_id):
+                yield event
+            async for event in self._resolve_awaited():
+                yield event
+            if self._outcome is not None:
+                return
+        if approved:
+            await self._next_pass()
+
+    async def _passes(self) -> AsyncIterator[ResponseStreamEvent]:
+        """The model's passes: one, or, while it calls hosted tools, one more after each call's result."""
+        while True:
+            async for event in self._generation():
+                yield event
+            finished = self._pass_end
+            if self.builder.awaited is None or finished is None or finished.reason != "stop":
+                self._outcome = finished
+                return
+            async for event in self._resolve_awaited():
+                yield event
+            if self._outcome is not None:
+                return
+            if self._stopping is not None or self.builder.called_tools:  # a steer waited for the call; or the
+                self._outcome = Finished("stop") if self.builder.called_tools else self._stopping  # client owes one
+                return
+            await self._next_pass()
+            if self._outcome is not None:
+                return
+
+    async def _resolve_awaited(self) -> AsyncIterator[ResponseStreamEvent]:
+        """The awaited hosted call, run by the server; a cancel stops it in flight, a steer waits for it."""
+        call = self.builder.awaited
+        assert call is not None and self.hosted is not None
+        result = await self._engine_work(self.hosted.call(call.namespace or "", call.name, "".join(call.arguments)))
+        if result is None:  # stopped (shutdown) while it ran
+            self._outcome = self._stopping or Finished("error", error_message=GENERATION_FAILED)
+            return
+        for event in self.builder.resolve_awaited(result):
+            yield event
+
+    async def _next_pass(self) -> None:
+        """Go on as a new engine request on the prompt extended by the output so far (its prefix is cached)."""
+        assert self.hosted is not None
+        self._spent, self.output_tokens, self.cached_tokens, self.prompt_tokens = self._used(), 0, 0, None
+        self._calls = CallCounter()
+        run = await self._engine_work(self.hosted.next_pass(list(self.builder.response().output)))
+        if run is None:
+            self._outcome = self._stopping or Finished("error", error_message=GENERATION_FAILED)
+            return
+        self.request, self.parser, self.decoder = run.request, run.parser, run.decoder
+        self.token_text, self.max_tool_calls = run.token_text, run.max_tool_calls
+
+    async def _generation(self) -> AsyncIterator[ResponseStreamEvent]:
+        """One engine request, its steps parsed into the builder; `_pass_end` says how it ended."""
         finished: Finished | None = None
         cut_short = False  # stopped by stop() or steer() before the model finished
         try:
@@ -218,8 +334,8 @@ class ResponseRun:
                     if error is not None:  # leaving the loop closes the stream: aborts
                         finished = Finished("error", error_message=error)
                         break
-                    if self._calls.capped:  # the last call allowed has ended: the rest is not wanted (aborted)
-                        finished = Finished("stop")
+                    if self._calls.capped or self._calls.hosted:  # the last call allowed, or a hosted call, ended:
+                        finished = Finished("stop")  # the rest is not wanted (aborted)
                         break
                     if self._stops_after(step):
                         finished = self._stopping
@@ -232,15 +348,14 @@ class ResponseRun:
             if finished is None and self._stopping is not None:  # stopped while waiting for the engine
                 finished, cut_short = self._stopping, True
             steered = cut_short and self._stopping is not None and self._stopping.reason == "steered"
-            if self.parser.error is None and self.builder.error is None and not self._calls.capped and not steered:
+            cut = self._calls.capped or self._calls.hosted
+            if self.parser.error is None and self.builder.error is None and not cut and not steered:
                 for event in self.builder.feed(self.parser.finish()):
                     yield event
         except Exception:  # the engine or a parser failed mid-stream: end as response.failed
             logger.exception("response %s failed", self.builder.response_id)
             finished = Finished("error", error_message=GENERATION_FAILED)  # the log has the details
-        finished = finished or Finished("error", error_message="the engine stopped without a finish reason")
-        for event in self._finish(finished):
-            yield event
+        self._pass_end = finished or Finished("error", error_message="the engine stopped without a finish reason")
 
     def _compaction_failure(self, exc: Exception) -> str:
         """What the client is told when the step before generation (an automatic compaction) failed."""
@@ -261,15 +376,18 @@ class ResponseRun:
         self.request, self.parser, self.decoder = answer.request, answer.parser, answer.decoder
         self.token_text, self.max_tool_calls, self._spent = answer.token_text, answer.max_tool_calls, continuation.usage
 
-    def _finish(self, finished: Finished) -> list[ResponseStreamEvent]:
+    def _used(self) -> Usage:
+        """The tokens of every pass so far (and of the step before generation)."""
         spent = self._spent
-        usage = Usage(
+        return Usage(
             input_tokens=(self.prompt_tokens or len(self.request.prompt_token_ids)) + spent.input_tokens,
             cached_tokens=self.cached_tokens + spent.cached_tokens,
             output_tokens=self.output_tokens + spent.output_tokens,
             reasoning_tokens=self.parser.reasoning_tokens + spent.reasoning_tokens,
         )
-        return self.builder.finish(replace(finished, usage=usage))
+
+    def _finish(self, finished: Finished) -> list[ResponseStreamEvent]:
+        return self.builder.finish(replace(finished, usage=self._used()))
 
     def _parse(self, step: EngineStep) -> list[Any]:
         text, token_ends = self.decoder.decode_step(step.token_ids) if self.decoder else ("", None)

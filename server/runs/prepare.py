@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Awaitable, Callable, Mapping, MutableMapping
 
-from openai.types.responses import Response, ResponseCompactionItem
+from openai.types.responses import Response, ResponseCompactionItem, ResponseOutputItem
 
 from server.history.compaction import compacted_response, summary_request
 from server.constraints.rules import OutputRules, check_schemas, output_rules
-from server.history.conversation import since_last_compaction, stored_input_items, with_history
+from server.history.conversation import since_last_compaction, stored_input_items, validated_items, with_history
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
-from server.errors import GenerationFailed, NotFound, RequestError
+from server.errors import DependencyFailed, GenerationFailed, NotFound, RequestError
 from server.attachments.files import read_files
 from server.attachments.media import checked_images, decoded_images
 from server.attachments.media_fetch import fetch_images
@@ -22,13 +22,15 @@ from server.paths.base import ModelPath, RenderedPrompt
 from server.paths.tools import tool_definitions
 from server.requests import CompactionItem, ResponsesRequest
 from server.runs.echoed_settings import response_settings
-from server.runs.generation import Continuation, ResponseRun
+from server.runs.generation import ApprovedCall, Continuation, ResponseRun
+from server.tools.hosted import HostedTools, hosted_tools
 from server.runs.stored_run import ConversationLink, StoredRun
 from server.history.sealed_items import open_sealed_items, reasoning_sealer
 from server.serving import ServingContext
 from server.store.interface import StoredResponse
 from server.history.truncation import check_expanded_fits, render_to_fit
 from streaming.builder import ResponseBuilder
+from streaming.items import ListedTools, ToolResult
 from streaming.outcome import Usage
 
 
@@ -45,8 +47,14 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
         raise RequestError("Background responses must be stored (store: true, and a server with a store).",
                            param="background")
     conversation = await conversation_of(context, body, earlier)
+    hosted = await hosted_tools(conversation, body, context.config.mcp)
+    unavailable = hosted.unavailable
+    if unavailable is not None and not (body.stream or body.background or earlier is not None):
+        raise DependencyFailed(unavailable.error or "", param="tools")  # a stream says it with its events
     fetched = await images_fetched(context, conversation, body)
-    run = await prepare_run(context, conversation, body, fetched)
+    run = await prepare_run(context, conversation, body, fetched, hosted)
+    if hosted.servers:
+        run.hosted = HostedLoop(context, hosted, conversation, body, fetched)
     engine, _ = context.started()
     if run.request.images:
         check_expanded_fits(await engine.prompt_length(run.request), engine.max_model_len)
@@ -69,7 +77,10 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
 async def input_token_count(context: ServingContext, body: ResponsesRequest) -> int:
     """The `usage.input_tokens` a response to `body` would report: its run is prepared, not started."""
     conversation = await conversation_of(context, body)
-    run = await prepare_run(context, conversation, body, await images_fetched(context, conversation, body))
+    hosted = await hosted_tools(conversation, body, context.config.mcp)
+    if hosted.unavailable is not None:
+        raise DependencyFailed(hosted.unavailable.error or "", param="tools")
+    run = await prepare_run(context, conversation, body, await images_fetched(context, conversation, body), hosted)
     engine, _ = context.started()
     return await engine.prompt_length(run.request)
 
@@ -162,9 +173,10 @@ async def images_fetched(context: ServingContext, conversation: ResponsesRequest
 
 
 async def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
-                      fetched: Mapping[str, bytes] = MappingProxyType({})) -> ResponseRun:
+                      fetched: Mapping[str, bytes] = MappingProxyType({}),
+                      hosted: HostedTools | None = None) -> ResponseRun:
     """The run for `conversation` (the request with its history), echoing `body` (the request as sent), with the
-    bytes of its image URLs `fetched`."""
+    bytes of its image URLs `fetched`; its MCP servers' tools offered as `hosted` lists them (none: not offered)."""
     served = context.config.served_model_name
     if body.model is not None and body.model != served:
         raise NotFound(f"The model '{body.model}' does not exist; this server serves '{served}'.",
@@ -172,6 +184,7 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
     if not conversation.input_items():
         raise RequestError("input must not be empty (unless previous_response_id continues a conversation).",
                            param="input")
+    conversation = (hosted or HostedTools(context.config.mcp)).view(conversation)
     engine, path = context.started()
     params = checked_images(body, engine.input_modalities, fetched)  # before rendering: a bad image names its part
     await asyncio.to_thread(check_schemas, conversation)  # before rendering, which writes them out; off the loop
@@ -206,6 +219,43 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
         token_text=path.token_text if logprobs is not None else None,
         max_tool_calls=rules.max_calls,
     )
+
+
+MAX_HOSTED_PASSES = 16  # a response's engine passes between hosted calls; the last may call no tool
+
+
+@dataclass
+class HostedLoop:
+    """A run's hosted tools, as the run asks for them (server/runs/generation.py's HostedPasses): each pass after
+    a call is prepared on the conversation extended by the response's output so far."""
+
+    context: ServingContext
+    tools: HostedTools
+    conversation: ResponsesRequest  # the request with its history, as the first pass saw it
+    body: ResponsesRequest
+    fetched: Mapping[str, bytes]
+    passes: int = 1
+
+    def listings(self) -> list[ListedTools]:
+        return self.tools.listings
+
+    def approved(self) -> list[ApprovedCall]:
+        return [ApprovedCall(call.server_label, call.name, call.arguments, call.id) for call in self.tools.approved]
+
+    async def call(self, server_label: str, name: str, arguments: str) -> ToolResult:
+        return await self.tools.call(server_label, name, arguments)
+
+    async def next_pass(self, output: list[ResponseOutputItem]) -> ResponseRun:
+        """The next pass: tools are free again, within what is left of `max_tool_calls` and of the passes."""
+        self.passes += 1
+        made = sum(1 for item in output if item.type == "mcp_call")
+        left = None if self.body.max_tool_calls is None else self.body.max_tool_calls - made
+        last = (left is not None and left <= 0) or self.passes >= MAX_HOSTED_PASSES
+        items = self.conversation.input_items() + validated_items(
+            [item.model_dump(mode="json", exclude_none=True) for item in output if item.type != "compaction"])
+        update = {"input": items, "tool_choice": "none" if last else "auto", "max_tool_calls": None if last else left}
+        return await prepare_run(self.context, self.conversation.model_copy(update=update), self.body, self.fetched,
+                                 self.tools)
 
 
 def _constraints(path: ModelPath, conversation: ResponsesRequest, rendered: RenderedPrompt,

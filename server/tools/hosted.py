@@ -1,0 +1,146 @@
+"""One request's hosted tools: its MCP servers with the tools each listed (in the history, or now), the calls
+approved for this turn, and the conversation as the model paths see it (MCP tools and items as functions)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from server.errors import RequestError
+from server.metrics import MCP_CALL_SECONDS, MCP_CALLS
+from server.requests import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    McpApprovalRequestItem,
+    McpApprovalResponseItem,
+    McpCallItem,
+    McpListToolsItem,
+    ResponsesRequest,
+)
+from server.tools.mcp_client import McpUnavailable, call_tool, list_tools
+from server.tools.mcp_servers import McpServer, McpSettings, mcp_servers
+from streaming.items import ListedTools, ToolResult
+
+NOT_APPROVED = "The user did not approve this call: it was not run."
+_MCP_ITEMS = (McpCallItem, McpListToolsItem, McpApprovalRequestItem, McpApprovalResponseItem)
+
+
+@dataclass
+class HostedTools:
+    """The MCP servers of one request, what each offers the model, and how to call them."""
+
+    settings: McpSettings
+    servers: dict[str, McpServer] = field(default_factory=dict)
+    offered: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)  # label -> tools the model sees
+    listings: list[ListedTools] = field(default_factory=list)  # made for this response: its first output items
+    approved: list[McpApprovalRequestItem] = field(default_factory=list)  # approved in this turn, not yet run
+
+    @property
+    def unavailable(self) -> ListedTools | None:
+        """The first server that could not be listed (the response fails, saying so)."""
+        return next((listed for listed in self.listings if listed.error is not None), None)
+
+    async def call(self, label: str, name: str, arguments: str) -> ToolResult:
+        """The server's result for one call (an error result when it fails: the model reads it and goes on)."""
+        server = self.servers[label]
+        measured = label if label in self.settings.servers else urlsplit(server.url).hostname or "?"  # bounded
+        started = time.monotonic()
+        result = await call_tool(server, name, arguments, self.settings)
+        MCP_CALL_SECONDS.labels(measured).observe(time.monotonic() - started)
+        MCP_CALLS.labels(measured, "output" if result.error is None else "error").inc()
+        return result
+
+    def view(self, conversation: ResponsesRequest) -> ResponsesRequest:
+        """The conversation as a model path renders it: each MCP tool a namespace of the tools its server offers,
+        each MCP call a function call and its output; listings and approvals are not shown."""
+        tools = [self._namespace(tool) if tool.get("type") == "mcp" else tool for tool in conversation.tools]
+        items = conversation.input_items()
+        if any(isinstance(item, _MCP_ITEMS) for item in items):
+            items = function_items(items)
+        return conversation.model_copy(update={"tools": tools, "input": items})
+
+    def _namespace(self, tool: dict[str, Any]) -> dict[str, Any]:
+        server = self.servers[tool["server_label"]]
+        members = [{"type": "mcp_approval" if server.needs_approval(listed["name"]) else "mcp",
+                    "name": listed["name"], "description": listed.get("description") or "",
+                    "parameters": listed.get("input_schema") or {"type": "object", "properties": {}}}
+                   for listed in self.offered.get(server.label, ())]
+        return {"type": "namespace", "name": server.label, "description": tool.get("server_description") or "",
+                "tools": members}
+
+
+async def hosted_tools(conversation: ResponsesRequest, body: ResponsesRequest, settings: McpSettings) -> HostedTools:
+    """The request's hosted tools: servers checked (400s), listed where the history holds no listing of them."""
+    hosted = HostedTools(settings, {server.label: server for server in mcp_servers(body.tools, settings)})
+    items = conversation.input_items()
+    earlier = {item.server_label: item for item in items if isinstance(item, McpListToolsItem) and item.error is None}
+    to_list = [server for server in hosted.servers.values() if server.label not in earlier]
+    listed = await asyncio.gather(*(_listing(server, settings) for server in to_list))
+    hosted.listings = list(listed)
+    for server in hosted.servers.values():
+        tools = earlier[server.label].tools if server.label in earlier else ()
+        tools = next((done.tools for done in hosted.listings if done.server_label == server.label), tools)
+        hosted.offered[server.label] = tuple(tool for tool in tools if server.shows(str(tool.get("name"))))
+    hosted.approved = _approved(items, body, hosted.servers)
+    return hosted
+
+
+async def _listing(server: McpServer, settings: McpSettings) -> ListedTools:
+    try:
+        tools = await list_tools(server, settings)
+    except McpUnavailable as exc:
+        return ListedTools(server.label, error=f"Error retrieving tool list from MCP server: '{server.label}'. {exc}")
+    return ListedTools(server.label, tuple(tool for tool in tools if server.shows(tool["name"])))
+
+
+def _approved(items: list[Any], body: ResponsesRequest, servers: dict[str, McpServer]) -> list[McpApprovalRequestItem]:
+    """The approval requests this turn approves, not run yet (a 400 naming an answer to no request)."""
+    requests = {item.id: item for item in items if isinstance(item, McpApprovalRequestItem)}
+    ran = {item.approval_request_id for item in items if isinstance(item, McpCallItem)}
+    approved = []
+    for index, item in enumerate(body.input_items()):
+        if not isinstance(item, McpApprovalResponseItem) or not item.approve or item.approval_request_id in ran:
+            continue
+        request = requests.get(item.approval_request_id)
+        if request is None:
+            raise RequestError(f"No mcp_approval_request has the id {item.approval_request_id!r}.",
+                               param=f"input[{index}].approval_request_id")
+        if request.server_label not in servers:
+            raise RequestError(f"The approved call is of MCP server {request.server_label!r}, which is not among "
+                               "this request's tools.", param=f"input[{index}].approval_request_id")
+        approved.append(request)
+    return approved
+
+
+def function_items(items: list[Any]) -> list[Any]:
+    """MCP items as the function vocabulary the model paths render: a call and its output; a call refused by the
+    client, as a call whose output says so. Listings, and approvals pending or answered, show nothing."""
+    refused = {item.approval_request_id for item in items
+               if isinstance(item, McpApprovalResponseItem) and not item.approve}
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, McpCallItem):
+            output = item.output if item.error is None else f"Error: {_error_text(item.error)}"
+            out += _call_and_output(item.id or f"mcp_{len(out)}", item.server_label, item.name, item.arguments,
+                                    output or "")
+        elif isinstance(item, McpApprovalRequestItem):
+            if item.id in refused:
+                out += _call_and_output(item.id, item.server_label, item.name, item.arguments, NOT_APPROVED)
+        elif not isinstance(item, _MCP_ITEMS):
+            out.append(item)
+    return out
+
+
+def _call_and_output(call_id: str, label: str, name: str, arguments: str, output: str) -> list[Any]:
+    return [FunctionCallItem(type="function_call", call_id=call_id, name=name, namespace=label,
+                             arguments=arguments),
+            FunctionCallOutputItem(type="function_call_output", call_id=call_id, output=output)]
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("content") or error)
+    return str(error)

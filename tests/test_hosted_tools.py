@@ -1,0 +1,226 @@
+"""MCP servers run by the server, through the real app, with a scripted engine and REAL MCP servers (the `mcp`
+package on free ports): listing, calls, approvals, failures, secrets, chains."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from conformance.contract import validate_events
+from server.config import ServerConfig
+from server.http.app import create_app
+from server.serving import ServingContext
+from server.tools.hosted import NOT_APPROVED
+from server.tools.mcp_servers import McpSettings
+from streaming.ids import counting_ids
+from tests.conftest import free_port, serve_in_thread
+from tests.mcp_servers import RunningMcp, serve_mcp
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+from tests.test_server import MODEL, Harness
+from tests.test_store import open_url
+
+SECRET = "sk-mcp-secret-4f9a1c"  # must reach the MCP server, and nowhere else
+
+
+def call_text(name: str, arguments: dict[str, Any]) -> str:
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def mcp() -> Iterator[RunningMcp]:
+    with serve_mcp() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("hosted") / "responses.db"
+
+
+@pytest.fixture(scope="module")
+def served(tokenizer: Any, mcp: RunningMcp, database: Path) -> Iterator[Harness]:
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
+    settings = McpSettings(servers={"calc": mcp.url}, allowed_domains=("127.0.0.1",), connect_seconds=5,
+                           call_seconds=10)
+    config = ServerConfig(served_model_name=MODEL, tool_call_parser="hermes", mcp=settings)
+    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids(),
+                             store=open_url(f"sqlite:///{database}"))
+    with serve_in_thread(create_app(context)) as base_url:
+        yield Harness(engine, base_url)
+
+
+def script(tokenizer: Any, text: str) -> list[Any]:
+    ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+    return steps_from_tokens(ids, cuts=list(range(1, len(ids), 3)))
+
+
+def mcp_tool(url: str | None = None, **fields: Any) -> dict[str, Any]:
+    where = {"server_url": url} if url else {}
+    return {"type": "mcp", "server_label": "calc", "require_approval": "never", **where, **fields}
+
+
+def prompt_text(harness: Harness, tokenizer: Any, request: int = -1) -> str:
+    return tokenizer.decode(harness.engine.requests[request].prompt_token_ids)
+
+
+def test_a_call_lists_once_runs_on_the_mcp_server_and_the_model_answers(served: Harness, tokenizer: Any,
+                                                                       mcp: RunningMcp) -> None:
+    served.play(script(tokenizer, call_text("calc__add", {"a": 2, "b": 3})), script(tokenizer, "The sum is 5."))
+    before = len(served.engine.requests)
+    events = served.raw_stream(input="What is 2+3?", tools=[mcp_tool(mcp.url)])
+    final = validate_events(events)
+    assert [item.type for item in final.output] == ["mcp_list_tools", "mcp_call", "message"], final.error
+    listing, call, answer = final.output
+    assert {tool.name for tool in listing.tools} == {"add", "explode", "search", "python"}  # type: ignore[union-attr]
+    assert (call.server_label, call.name, call.output, call.error) == ("calc", "add", "5", None)  # type: ignore[union-attr]
+    assert json.loads(call.arguments) == {"a": 2, "b": 3}  # type: ignore[union-attr]
+    assert final.output_text == "The sum is 5."
+    assert len(served.engine.requests) - before == 2, "one pass to call, one to answer"
+    assert "5" in prompt_text(served, tokenizer).split("What is 2+3?")[1], "the answer's pass reads the output"
+    kinds = [event["type"] for event in events]
+    for expected in ("response.mcp_list_tools.in_progress", "response.mcp_list_tools.completed",
+                     "response.mcp_call.in_progress", "response.mcp_call_arguments.delta",
+                     "response.mcp_call_arguments.done", "response.mcp_call.completed"):
+        assert expected in kinds
+    assert kinds.index("response.mcp_call_arguments.done") < kinds.index("response.mcp_call.completed")
+    assert final.usage is not None
+    both = [len(request.prompt_token_ids) for request in served.engine.requests[before:]]
+    assert final.usage.input_tokens == sum(both), "every pass is counted in usage"
+    stored = served.client.responses.retrieve(final.id)
+    assert stored.output == final.output
+
+
+def test_the_sdk_accumulates_a_hosted_call_stream(served: Harness, tokenizer: Any, mcp: RunningMcp) -> None:
+    served.play(script(tokenizer, call_text("calc__add", {"a": 1, "b": 1})), script(tokenizer, "2"))
+    with served.client.responses.stream(model=MODEL, input="1+1?", tools=[mcp_tool(mcp.url)]) as stream:  # type: ignore[list-item]
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+    assert [item.type for item in final.output] == ["mcp_list_tools", "mcp_call", "message"]
+    json_body = served.post(input="1+1?", tools=[mcp_tool(mcp.url)])  # the same, not streamed
+    assert json_body.status_code == 200, json_body.text
+
+
+def test_a_registered_server_is_named_by_its_label_alone(served: Harness, tokenizer: Any) -> None:
+    served.play(script(tokenizer, call_text("calc__search", {"query": "paris"})), script(tokenizer, "Found."))
+    response = served.post(input="Search for paris", tools=[mcp_tool()])
+    assert response.status_code == 200, response.text
+    call = response.json()["output"][1]
+    assert call["type"] == "mcp_call" and "capital of France" in call["output"]
+
+
+def test_a_failing_tool_gives_an_error_and_the_model_goes_on(served: Harness, tokenizer: Any) -> None:
+    served.play(script(tokenizer, call_text("calc__explode", {"reason": "test"})), script(tokenizer, "It failed."))
+    events = served.raw_stream(input="Explode", tools=[mcp_tool()])
+    final = validate_events(events)
+    call = final.output[1]
+    assert call.type == "mcp_call" and call.status == "failed" and call.output is None  # type: ignore[union-attr]
+    assert call.error is not None and call.error.type == "mcp_tool_execution_error"  # type: ignore[union-attr]
+    assert "response.mcp_call.failed" in {event["type"] for event in events}
+    assert final.status == "completed" and final.output_text == "It failed."
+
+
+def test_a_chained_turn_does_not_list_again(served: Harness, tokenizer: Any) -> None:
+    served.play(script(tokenizer, call_text("calc__add", {"a": 2, "b": 2})), script(tokenizer, "4"),
+                script(tokenizer, call_text("calc__add", {"a": 4, "b": 4})), script(tokenizer, "8"))
+    first = served.post(input="2+2?", tools=[mcp_tool()]).json()
+    second = served.post(input="and 4+4?", tools=[mcp_tool()], previous_response_id=first["id"])
+    assert second.status_code == 200, second.text
+    assert [item["type"] for item in second.json()["output"]] == ["mcp_call", "message"]
+    stateless = served.post(input=[*first["output"], {"role": "user", "content": "and 4+4?"}], tools=[mcp_tool()],
+                            store=False)
+    assert [item["type"] for item in stateless.json()["output"]] == ["mcp_call", "message"]
+
+
+def test_approval_then_approve_runs_the_call_with_its_request_id(served: Harness, tokenizer: Any) -> None:
+    served.play(script(tokenizer, call_text("calc__add", {"a": 20, "b": 22})), script(tokenizer, "It is 42."))
+    tool = mcp_tool(require_approval="always")
+    asked = served.post(input="20+22?", tools=[tool]).json()
+    assert [item["type"] for item in asked["output"]] == ["mcp_list_tools", "mcp_approval_request"]
+    assert len(served.engine.requests) and asked["status"] == "completed"
+    request = asked["output"][1]
+    served.play(script(tokenizer, "It is 42."))
+    answer = served.post(previous_response_id=asked["id"], tools=[tool], input=[
+        {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}])
+    assert answer.status_code == 200, answer.text
+    call, message = answer.json()["output"]
+    assert (call["type"], call["approval_request_id"], call["output"]) == ("mcp_call", request["id"], "42")
+    assert message["content"][0]["text"] == "It is 42."
+    items = served.client.responses.input_items.list(answer.json()["id"]).data
+    assert items[0].type == "mcp_approval_response" and items[0].id, "a stored approval response has an id"
+
+
+def test_a_refused_call_is_never_run(served: Harness, tokenizer: Any, mcp: RunningMcp) -> None:
+    served.play(script(tokenizer, call_text("calc__python", {"code": "print(1)"})))
+    tool = mcp_tool(require_approval={"always": {"tool_names": ["python"]}, "never": {"tool_names": ["add"]}})
+    asked = served.post(input="run it", tools=[tool]).json()
+    request = asked["output"][-1]
+    assert request["type"] == "mcp_approval_request" and request["name"] == "python"
+    calls_before = len(mcp.recorder.headers)
+    served.play(script(tokenizer, "I did not run it."))
+    answer = served.post(previous_response_id=asked["id"], tools=[tool], input=[
+        {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": False}]).json()
+    assert [item["type"] for item in answer["output"]] == ["message"]
+    assert len(mcp.recorder.headers) == calls_before, "nothing reached the MCP server"
+    assert NOT_APPROVED in prompt_text(served, tokenizer), "the model reads that the call was refused"
+
+
+def test_a_url_whose_host_is_not_allowed_is_a_400_and_never_contacted(served: Harness) -> None:
+    port = free_port()
+    response = served.post(input="x", tools=[{"type": "function", "name": "f"},
+                                             mcp_tool(f"http://localhost:{port}/mcp")])
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "tools[1].server_url"
+
+
+def test_an_unreachable_server_is_a_424_or_a_failed_stream(served: Harness) -> None:
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    response = served.post(input="x", tools=[mcp_tool(url)])
+    assert response.status_code == 424, response.text
+    assert "Error retrieving tool list from MCP server: 'calc'" in response.json()["error"]["message"]
+    events = served.raw_stream(input="x", tools=[mcp_tool(url)])
+    final = validate_events(events)
+    kinds = [event["type"] for event in events]
+    assert "response.mcp_list_tools.failed" in kinds and kinds[-1] == "response.failed"
+    assert final.output[0].type == "mcp_list_tools" and final.output[0].error  # type: ignore[union-attr]
+
+
+def test_the_authorization_reaches_the_server_and_nothing_else(served: Harness, tokenizer: Any,
+                                                               mcp: RunningMcp, database: Path) -> None:
+    served.play(script(tokenizer, call_text("calc__add", {"a": 1, "b": 2})), script(tokenizer, "3"))
+    tool = mcp_tool(mcp.url, authorization=SECRET, headers={"X-Team": "blue"})
+    with httpx.stream("POST", f"{served.base_url}/responses", timeout=30,
+                      json={"model": MODEL, "input": "1+2?", "tools": [tool], "stream": True}) as streamed:
+        body = streamed.read().decode()
+    assert f"Bearer {SECRET}" in mcp.authorizations()
+    assert any(headers.get("x-team") == "blue" for headers in mcp.recorder.headers)
+    response_id = json.loads(body.split("data: ", 2)[1].split("\n")[0])["response"]["id"]
+    stored = httpx.get(f"{served.base_url}/responses/{response_id}", timeout=30).text
+    items = httpx.get(f"{served.base_url}/responses/{response_id}/input_items", timeout=30).text
+    for text in (body, stored, items):
+        assert SECRET not in text and "X-Team" not in text
+    for path in database.parent.iterdir():  # the store's every byte (the database and its journal)
+        assert SECRET.encode() not in path.read_bytes()
+
+
+def test_max_tool_calls_bounds_the_loop(served: Harness, tokenizer: Any) -> None:
+    served.play(script(tokenizer, call_text("calc__add", {"a": 1, "b": 1})), script(tokenizer, "Done."))
+    response = served.post(input="add forever", tools=[mcp_tool()], max_tool_calls=1).json()
+    assert [item["type"] for item in response["output"]] == ["mcp_list_tools", "mcp_call", "message"]
+    assert "tools" not in prompt_text(served, tokenizer).split("add forever")[1], "the last pass offers no tool"
+
+
+def test_tool_choice_mcp_forces_a_call_of_that_server(served: Harness, tokenizer: Any) -> None:
+    served.play(script(tokenizer, call_text("calc__add", {"a": 3, "b": 4})), script(tokenizer, "7"))
+    response = served.post(input="3+4", tools=[mcp_tool()],
+                           tool_choice={"type": "mcp", "server_label": "calc", "name": "add"})
+    assert response.status_code == 200, response.text
+    assert served.engine.requests[-2].sampling.structural_tag is not None, "the first pass is held to the call"
+    assert served.engine.requests[-1].sampling.structural_tag is None, "later passes are free"
+    wrong = served.post(input="x", tools=[mcp_tool()], tool_choice={"type": "mcp", "server_label": "calc",
+                                                                    "name": "nope"})
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "tool_choice.name"
