@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from server.engine.recording import read_recordings
 from tests.test_e2e import MODEL, RunningServer
 from conformance.contract import validate_events
+from tests.mcp_servers import RunningMcp, serve_mcp
 from tests.sse import events_of, parse_frames
 
 pytestmark = pytest.mark.e2e
@@ -50,8 +51,8 @@ SCHEMAS = {"get_weather": WEATHER_PARAMETERS, "get_time": TIME_PARAMETERS}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("logs") / "requests.log"
-    running = RunningServer(["--max-model-len", str(CONTEXT), "--record-engine-output", str(log.parent / "engine.jsonl")],
-                            log)
+    running = RunningServer(["--max-model-len", str(CONTEXT), "--record-engine-output", str(log.parent / "engine.jsonl"),
+                             "--allowed-mcp-domains", "127.0.0.1"], log)
     yield running
     running.stop()
 
@@ -318,3 +319,63 @@ def test_the_bundled_text_model_answers_an_image_with_a_400_naming_it(server: Ru
                                                          "nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"}]}]})
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "input[0].content[1]"
+
+
+@pytest.fixture(scope="module")
+def mcp() -> Iterator[RunningMcp]:
+    with serve_mcp() as running:
+        yield running
+
+
+def _calculator(mcp: RunningMcp) -> dict[str, Any]:
+    return {"type": "mcp", "server_label": "calc", "server_url": mcp.url, "require_approval": "never",
+            "allowed_tools": ["add"]}
+
+
+FORCED_ADD = {"type": "mcp", "server_label": "calc", "name": "add"}
+
+
+def _check_forced_add(response: Any) -> None:
+    assert [item.type for item in response.output[:2]] == ["mcp_list_tools", "mcp_call"], response.output
+    call = response.output[1]
+    arguments = json.loads(call.arguments)
+    assert call.error is None and call.output == str(arguments["a"] + arguments["b"]), "the real MCP server added"
+    assert response.output[-1].type == "message", "the model goes on to an answer after the call"
+
+
+def test_a_forced_mcp_call_on_the_real_model_json_stream_and_websocket(server: RunningServer,
+                                                                       mcp: RunningMcp) -> None:
+    body: dict[str, Any] = {"model": MODEL, "input": "Add 2 and 3 with the calculator.", "tools": [_calculator(mcp)],
+                            "tool_choice": FORCED_ADD, "max_output_tokens": 48, "temperature": 0}
+    _check_forced_add(server.client.responses.create(**body))
+    events = server.raw_stream(**body)
+    final = validate_events(events)
+    _check_forced_add(final)
+    assert server.client.responses.retrieve(final.id).output == final.output, "streamed and stored are equal"
+    with server.client.responses.connect() as conn:
+        conn.response.create(**body)
+        socket_events = []
+        for event in conn:
+            socket_events.append(event.model_dump(mode="json", exclude_unset=True))
+            if event.type in ("response.completed", "response.incomplete", "response.failed"):
+                break
+    _check_forced_add(validate_events(socket_events))
+
+
+def test_agents_hosted_mcp_tool_on_the_real_model(server: RunningServer, mcp: RunningMcp) -> None:
+    from agents import Agent, HostedMCPTool, ModelSettings, OpenAIResponsesModel, Runner, set_tracing_disabled
+    from agents.model_settings import MCPToolChoice
+
+    set_tracing_disabled(True)
+
+    async def run() -> Any:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=600)
+        agent = Agent(name="adder", instructions="Use the calculator.", tools=[HostedMCPTool(tool_config=_calculator(mcp))],
+                      model=OpenAIResponsesModel(model=MODEL, openai_client=client),
+                      model_settings=ModelSettings(tool_choice=MCPToolChoice(server_label="calc", name="add"),
+                                                   max_tokens=256, temperature=0))
+        return await Runner.run(agent, "What is 20 plus 22?", max_turns=2)
+
+    result = asyncio.run(run())
+    calls = [item.raw_item for item in result.new_items if getattr(item.raw_item, "type", None) == "mcp_call"]
+    assert calls and calls[0].error is None and calls[0].output is not None

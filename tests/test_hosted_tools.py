@@ -214,6 +214,15 @@ def test_max_tool_calls_bounds_the_loop(served: Harness, tokenizer: Any) -> None
     assert "tools" not in prompt_text(served, tokenizer).split("add forever")[1], "the last pass offers no tool"
 
 
+def test_max_output_tokens_bounds_all_the_passes_together(served: Harness, tokenizer: Any) -> None:
+    first = script(tokenizer, call_text("calc__add", {"a": 5, "b": 6}))
+    served.play(first, script(tokenizer, "Eleven."))
+    response = served.post(input="5+6", tools=[mcp_tool()], max_output_tokens=100).json()
+    first_pass = sum(len(step.token_ids) for step in first)
+    assert served.engine.requests[-1].sampling.max_tokens == 100 - first_pass
+    assert response["usage"]["output_tokens"] == first_pass + len(tokenizer.encode("Eleven.")) + 1
+
+
 def test_tool_choice_mcp_forces_a_call_of_that_server(served: Harness, tokenizer: Any) -> None:
     served.play(script(tokenizer, call_text("calc__add", {"a": 3, "b": 4})), script(tokenizer, "7"))
     response = served.post(input="3+4", tools=[mcp_tool()],
@@ -224,3 +233,30 @@ def test_tool_choice_mcp_forces_a_call_of_that_server(served: Harness, tokenizer
     wrong = served.post(input="x", tools=[mcp_tool()], tool_choice={"type": "mcp", "server_label": "calc",
                                                                     "name": "nope"})
     assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "tool_choice.name"
+
+
+@pytest.fixture(scope="module")
+def gpt_oss(mcp: RunningMcp) -> Iterator[Harness]:
+    engine = ScriptedEngine(tokenizer=None, scripts=[[]], max_model_len=131072)
+    config = ServerConfig(served_model_name=MODEL, harmony=True, mcp=McpSettings(servers={"calc": mcp.url}))
+    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids())
+    with serve_in_thread(create_app(context)) as base_url:
+        yield Harness(engine, base_url)
+
+
+def test_a_replayed_gpt_oss_turn_calls_the_mcp_server_then_answers(gpt_oss: Harness) -> None:
+    from server.paths.harmony import harmony_encoding
+    from tests.test_harmony import CALL, completion
+
+    call = completion(("analysis", None, "I should search the corpus."),
+                      ("commentary", "functions.calc__search", '{"query": "harmony"}'), end=CALL)
+    answer = completion(("final", None, "Harmony is the chat format of gpt-oss."))
+    gpt_oss.play(steps_from_tokens(call, cuts=list(range(1, len(call), 2))),
+                 steps_from_tokens(answer, cuts=list(range(1, len(answer), 2))))
+    events = gpt_oss.raw_stream(input="What is harmony?", tools=[mcp_tool()])
+    final = validate_events(events)
+    assert [item.type for item in final.output] == ["mcp_list_tools", "reasoning", "mcp_call", "message"]
+    assert "chat format gpt-oss models were trained on" in final.output[2].output  # type: ignore[union-attr]
+    prompt = harmony_encoding().decode(gpt_oss.engine.requests[-1].prompt_token_ids)
+    assert "to=functions.calc__search" in prompt and "chat format gpt-oss models were trained on" in prompt
+    assert prompt.rstrip().endswith("<|start|>assistant"), "the answer's pass continues after the tool's output"

@@ -72,7 +72,9 @@ class HostedPasses(Protocol):
 
     async def call(self, server_label: str, name: str, arguments: str) -> ToolResult: ...
 
-    async def next_pass(self, output: list[ResponseOutputItem]) -> "ResponseRun": ...
+    async def next_pass(self, output: list[ResponseOutputItem], output_tokens: int) -> "ResponseRun | None":
+        """The pass after `output` (which took `output_tokens`); None: the output budget is spent."""
+        ...
 
 
 @dataclass
@@ -310,9 +312,10 @@ class ResponseRun:
         assert self.hosted is not None
         self._spent, self.output_tokens, self.cached_tokens, self.prompt_tokens = self._used(), 0, 0, None
         self._calls = CallCounter()
-        run = await self._engine_work(self.hosted.next_pass(list(self.builder.response().output)))
-        if run is None:
-            self._outcome = self._stopping or Finished("error", error_message=GENERATION_FAILED)
+        spent = self._spent.output_tokens
+        run = await self._engine_work(self.hosted.next_pass(list(self.builder.response().output), spent))
+        if run is None:  # stopped while it was prepared; or max_output_tokens is spent: the response is incomplete,
+            self._outcome = self._stopping or Finished("length")  # as a pass cut by it would be
             return
         self.request, self.parser, self.decoder = run.request, run.parser, run.decoder
         self.token_text, self.max_tool_calls = run.token_text, run.max_tool_calls

@@ -174,9 +174,10 @@ async def images_fetched(context: ServingContext, conversation: ResponsesRequest
 
 async def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
                       fetched: Mapping[str, bytes] = MappingProxyType({}),
-                      hosted: HostedTools | None = None) -> ResponseRun:
+                      hosted: HostedTools | None = None, spent: int = 0) -> ResponseRun:
     """The run for `conversation` (the request with its history), echoing `body` (the request as sent), with the
-    bytes of its image URLs `fetched`; its MCP servers' tools offered as `hosted` lists them (none: not offered)."""
+    bytes of its image URLs `fetched`; its MCP servers' tools offered as `hosted` lists them (none: not offered).
+    `spent`: the output tokens earlier passes of the response took from its `max_output_tokens`."""
     served = context.config.served_model_name
     if body.model is not None and body.model != served:
         raise NotFound(f"The model '{body.model}' does not exist; this server serves '{served}'.",
@@ -194,7 +195,7 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
     prompt = rendered.token_ids
     room = engine.max_model_len - len(prompt)
     cap = body.max_output_tokens or context.config.default_max_output_tokens
-    max_tokens = min(cap or room, room)
+    max_tokens = min(cap - spent if cap else room, room)
     rules, structural_tag = await asyncio.to_thread(_constraints, path, conversation, rendered, max_tokens)
     logprobs = (body.top_logprobs or 0) if body.wants_logprobs() else None
     sampling = SamplingSettings(
@@ -245,8 +246,12 @@ class HostedLoop:
     async def call(self, server_label: str, name: str, arguments: str) -> ToolResult:
         return await self.tools.call(server_label, name, arguments)
 
-    async def next_pass(self, output: list[ResponseOutputItem]) -> ResponseRun:
-        """The next pass: tools are free again, within what is left of `max_tool_calls` and of the passes."""
+    async def next_pass(self, output: list[ResponseOutputItem], output_tokens: int) -> ResponseRun | None:
+        """The next pass: tools are free again, within what is left of `max_tool_calls`, of the passes and of the
+        output budget (None: it is spent)."""
+        cap = self.body.max_output_tokens or self.context.config.default_max_output_tokens
+        if cap is not None and output_tokens >= cap:
+            return None
         self.passes += 1
         made = sum(1 for item in output if item.type == "mcp_call")
         left = None if self.body.max_tool_calls is None else self.body.max_tool_calls - made
@@ -255,7 +260,7 @@ class HostedLoop:
             [item.model_dump(mode="json", exclude_none=True) for item in output if item.type != "compaction"])
         update = {"input": items, "tool_choice": "none" if last else "auto", "max_tool_calls": None if last else left}
         return await prepare_run(self.context, self.conversation.model_copy(update=update), self.body, self.fetched,
-                                 self.tools)
+                                 self.tools, spent=output_tokens)
 
 
 def _constraints(path: ModelPath, conversation: ResponsesRequest, rendered: RenderedPrompt,
