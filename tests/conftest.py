@@ -47,13 +47,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve_in_thread(app: Any) -> Iterator[str]:
-    """Run the app on a real socket (uvicorn in a thread); yields the base URL ending in /v1.
-
-    Every JSON body it answers with is checked against the Open Responses schema; a violation fails the test."""
+def serve_asgi(app: Any) -> Iterator[int]:
+    """Any ASGI app on a free port (uvicorn in a thread) until the block ends; yields the port."""
     port = free_port()
-    checked = SpecCheckingApp(app)
-    server = uvicorn.Server(uvicorn.Config(checked, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -62,10 +59,20 @@ def serve_in_thread(app: Any) -> Iterator[str]:
             raise RuntimeError("the test server did not start")
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}/v1"
+        yield port
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@contextmanager
+def serve_in_thread(app: Any) -> Iterator[str]:
+    """Run the app on a real socket (uvicorn in a thread); yields the base URL ending in /v1.
+
+    Every JSON body it answers with is checked against the Open Responses schema; a violation fails the test."""
+    checked = SpecCheckingApp(app)
+    with serve_asgi(checked) as port:
+        yield f"http://127.0.0.1:{port}/v1"
     assert not checked.violations, "answers the Open Responses schema rejects:\n" + "\n".join(checked.violations)
 
 

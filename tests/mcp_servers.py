@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-import uvicorn
-
-from tests.conftest import free_port
+from tests.conftest import serve_asgi
 
 CORPUS = {
     "paris": "Paris is the capital of France; about 2.1 million people live there.",
@@ -80,18 +76,6 @@ def serve_mcp(transport: str = "streamable-http") -> Iterator[RunningMcp]:
     server = tools_server()
     app = server.sse_app() if transport == "sse" else server.streamable_http_app(stateless_http=True)
     recorder = RecordingApp(app)
-    port = free_port()
-    uvicorn_server = uvicorn.Server(uvicorn.Config(recorder, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=uvicorn_server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not uvicorn_server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the MCP test server did not start")
-        time.sleep(0.02)
     path = "/sse" if transport == "sse" else "/mcp"
-    try:
+    with serve_asgi(recorder) as port:
         yield RunningMcp(f"http://127.0.0.1:{port}{path}", recorder)
-    finally:
-        uvicorn_server.should_exit = True
-        thread.join(timeout=10)
