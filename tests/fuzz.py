@@ -87,16 +87,20 @@ def fuzz_server() -> Iterator[str]:
     from server.serving import ServingContext
     from server.bundled_model import ensure_bundled_model
     from server.store.sqlite import SqliteStore
+    from server.tools.mcp_servers import McpSettings
     from tests.conftest import serve_in_thread
+    from tests.mcp_servers import serve_mcp
     from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 
     tokenizer = load_tokenizer(str(ensure_bundled_model()))
     answer = tokenizer.encode("Fine.", add_special_tokens=False) + [tokenizer.eos_token_id]
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(answer, cuts=[1])], max_model_len=4096,
                             input_modalities=("text", "image"), image_placeholder="<image>")
-    with tempfile.TemporaryDirectory() as data:
+    with tempfile.TemporaryDirectory() as data, serve_mcp() as mcp:
         config = ServerConfig(served_model_name=MODEL, max_body_bytes=4 * 1024 * 1024,
-                              allowed_media_domains=("127.0.0.1",), input_work=WorkLimits(seconds=2.0))
+                              allowed_media_domains=("127.0.0.1",), input_work=WorkLimits(seconds=2.0),
+                              mcp=McpSettings(servers={"calc": mcp.url}, allowed_domains=("127.0.0.1",),
+                                              connect_seconds=2, call_seconds=2))
         context = ServingContext(config=config, engine_factory=lambda: engine, store=SqliteStore(Path(data) / "fuzz.db"))
         with serve_in_thread(create_app(context)) as base_url:
             yield base_url.removesuffix("/v1")
@@ -142,7 +146,8 @@ _json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), s
 _json = st.recursive(_json_leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
     st.text(max_size=8), inner, max_size=4), max_leaves=12)
 _ITEM_KINDS = ["message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
-               "reasoning", "compaction", "item_reference", "web_search_call", None]
+               "reasoning", "compaction", "item_reference", "web_search_call", "mcp_list_tools", "mcp_call",
+               "mcp_approval_request", "mcp_approval_response", None]
 _FIELDS = ["model", "input", "instructions", "tools", "tool_choice", "text", "reasoning", "include", "stream",
            "max_output_tokens", "temperature", "top_p", "top_logprobs", "previous_response_id", "conversation",
            "truncation", "metadata", "store", "background", "max_tool_calls", "parallel_tool_calls"]
@@ -192,6 +197,8 @@ def _items(draw: Any) -> list[Any]:
                     {"type": st.sampled_from(["input_text", "output_text", "input_image", "refusal", "x"]),
                      "text": _json}), _MEDIA_PART), max_size=2))),
                 "call_id": "c", "name": "f", "arguments": "{}", "encrypted_content": "rsv1.AAAA",
+                "server_label": "calc", "id": "mcpr_1", "approval_request_id": "mcpr_1", "approve": True,
+                "tools": [{"name": "add", "input_schema": {"type": "object"}}],
                 "output": draw(st.one_of(st.just("ok"), st.lists(_MEDIA_PART, max_size=2)))}
         for key in draw(st.lists(st.sampled_from(list(item)), max_size=3)):
             item[key] = draw(_json)
@@ -203,8 +210,17 @@ def _items(draw: Any) -> list[Any]:
 def _tools(draw: Any) -> list[Any]:
     """Tools of the kinds the server reads, their schemas and members replaced by values of any type."""
     tools = []
-    for kind in draw(st.lists(st.sampled_from(["function", "namespace", "custom", "web_search", 7]), max_size=3)):
+    for kind in draw(st.lists(st.sampled_from(["function", "namespace", "custom", "web_search", "mcp", 7]),
+                              max_size=3)):
         tool: dict[str, Any] = {"type": kind, "name": "f"}
+        if kind == "mcp":  # the registered server, a refused port, a host not allowed; every field bent
+            tool.update(server_label=draw(st.sampled_from(["calc", "other", "bad label", 3])),
+                        require_approval=draw(st.sampled_from(["never", "always", {"never": {"tool_names": ["add"]}},
+                                                               7])))
+            for key in draw(st.lists(st.sampled_from(["server_url", "allowed_tools", "authorization", "headers",
+                                                      "require_approval", "server_label"]), max_size=2)):
+                tool[key] = draw(st.one_of(_json, st.sampled_from(["http://127.0.0.1:1/mcp", "http://example.invalid/m",
+                                                                  "http://[::1/mcp", ["add"]])))
         if draw(st.booleans()):
             tool["parameters"] = draw(st.one_of(_json, st.fixed_dictionaries({"type": st.just("object"),
                                                                              "properties": _json})))
