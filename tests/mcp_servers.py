@@ -9,8 +9,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+import anyio
+
 from tests.conftest import serve_asgi
 
+CANCELLED_WAITS: list[float] = []  # the `wait` calls that were cut short (their client went away)
 CORPUS = {
     "paris": "Paris is the capital of France; about 2.1 million people live there.",
     "vllm": "vLLM is a fast engine for serving large language models, with paged attention and a prefix cache.",
@@ -37,6 +40,15 @@ def tools_server() -> Any:
         words = query.lower().split()
         hits = [text for key, text in CORPUS.items() if any(word in key or word in text.lower() for word in words)]
         return "\n".join(hits) or "no results"
+
+    @server.tool(description="Wait this many seconds, then say so (for tests of calls in flight).")
+    async def wait(seconds: float) -> str:
+        try:
+            await anyio.sleep(seconds)
+        except BaseException:
+            CANCELLED_WAITS.append(seconds)
+            raise
+        return f"waited {seconds} s"
 
     @server.tool(description="Run Python code in a subprocess and return what it printed.")
     def python(code: str) -> str:

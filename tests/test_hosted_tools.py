@@ -4,6 +4,7 @@ package on free ports): listing, calls, approvals, failures, secrets, chains."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,7 +19,7 @@ from server.tools.hosted import NOT_APPROVED
 from server.tools.mcp_servers import McpSettings
 from streaming.ids import counting_ids
 from tests.conftest import free_port, serve_in_thread
-from tests.mcp_servers import RunningMcp, serve_mcp
+from tests.mcp_servers import CANCELLED_WAITS, RunningMcp, serve_mcp
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.test_server import MODEL, Harness
 from tests.test_store import open_url
@@ -75,7 +76,7 @@ def test_a_call_lists_once_runs_on_the_mcp_server_and_the_model_answers(served: 
     final = validate_events(events)
     assert [item.type for item in final.output] == ["mcp_list_tools", "mcp_call", "message"], final.error
     listing, call, answer = final.output
-    assert {tool.name for tool in listing.tools} == {"add", "explode", "search", "python"}  # type: ignore[union-attr]
+    assert {tool.name for tool in listing.tools} == {"add", "explode", "search", "wait", "python"}  # type: ignore[union-attr]
     assert (call.server_label, call.name, call.output, call.error) == ("calc", "add", "5", None)  # type: ignore[union-attr]
     assert json.loads(call.arguments) == {"a": 2, "b": 3}  # type: ignore[union-attr]
     assert final.output_text == "The sum is 5."
@@ -169,12 +170,31 @@ def test_a_refused_call_is_never_run(served: Harness, tokenizer: Any, mcp: Runni
     assert NOT_APPROVED in prompt_text(served, tokenizer), "the model reads that the call was refused"
 
 
-def test_a_url_whose_host_is_not_allowed_is_a_400_and_never_contacted(served: Harness) -> None:
-    port = free_port()
-    response = served.post(input="x", tools=[{"type": "function", "name": "f"},
-                                             mcp_tool(f"http://localhost:{port}/mcp")])
+def test_a_url_whose_host_is_not_allowed_is_a_400_and_never_contacted(served: Harness, mcp: RunningMcp) -> None:
+    before = len(mcp.recorder.headers)
+    elsewhere = mcp.url.replace("127.0.0.1", "localhost")  # the same server, under a host the operator did not allow
+    response = served.post(input="x", tools=[{"type": "function", "name": "f"}, mcp_tool(elsewhere)])
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "tools[1].server_url"
+    assert len(mcp.recorder.headers) == before, "the server was not contacted"
+
+
+def test_a_cancel_stops_a_background_call_in_flight(served: Harness, tokenizer: Any, mcp: RunningMcp) -> None:
+    served.play(script(tokenizer, call_text("calc__wait", {"seconds": 9})), script(tokenizer, "Waited."))
+    calls = sum(headers.get("mcp-method") == "tools/call" for headers in mcp.recorder.headers)
+    started = served.client.responses.create(model=MODEL, input="wait", tools=[mcp_tool()],  # type: ignore[list-item]
+                                             background=True)
+    deadline = time.monotonic() + 8
+    while sum(headers.get("mcp-method") == "tools/call" for headers in mcp.recorder.headers) == calls:
+        assert time.monotonic() < deadline, "the call never reached the MCP server"
+        time.sleep(0.05)
+    cancelled = served.client.responses.cancel(started.id)
+    assert cancelled.status == "cancelled", "cancelled while the call ran, not after it answered"
+    assert [item.type for item in cancelled.output] == ["mcp_list_tools", "mcp_call"]
+    assert cancelled.output[1].status == "incomplete"  # type: ignore[union-attr]
+    while 9 not in CANCELLED_WAITS:
+        assert time.monotonic() < deadline + 9, "the MCP server's call was not cut short"
+        time.sleep(0.05)
 
 
 def test_an_unreachable_server_is_a_424_or_a_failed_stream(served: Harness) -> None:
