@@ -20,6 +20,7 @@ import pytest
 from parsers.harmony import HarmonyTokens
 from server.engine.recording import read_recordings
 from server.paths.harmony import harmony_encoding
+from tests.mcp_servers import serve_mcp
 from tests.test_e2e import RunningServer
 
 pytestmark = pytest.mark.e2e
@@ -35,7 +36,8 @@ def _serve(checkpoint: Path, log: Path, *flags: str) -> RunningServer:
 @pytest.fixture(scope="module")
 def gpt_oss(tiny_gpt_oss: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("logs") / "gpt-oss.log"
-    running = _serve(tiny_gpt_oss, log, "--record-engine-output", str(log.parent / "engine.jsonl"))
+    running = _serve(tiny_gpt_oss, log, "--record-engine-output", str(log.parent / "engine.jsonl"),
+                     "--allowed-mcp-domains", "127.0.0.1")
     yield running
     running.stop()
 
@@ -62,6 +64,24 @@ def test_every_scenario_passes_on_every_transport(gpt_oss: RunningServer) -> Non
                for step in recording.steps for token in step]
     banned = set(HarmonyTokens.of(harmony_encoding()).banned())
     assert outputs and not banned & set(outputs), "a reserved token was sampled"
+
+
+def test_a_forced_mcp_call_on_the_tiny_gpt_oss(gpt_oss: RunningServer) -> None:
+    """The harmony path on the real engine: the grammar holds the call to the MCP tool, the server runs it on a real
+    MCP server, and a second engine pass continues from its output (random weights: the answer is noise)."""
+    with serve_mcp() as mcp:
+        response = gpt_oss.client.responses.create(
+            model=MODEL, input="Add 2 and 3.", max_output_tokens=96, tool_choice={"type": "mcp", "server_label": "calc",
+                                                                                   "name": "add"},
+            tools=[{"type": "mcp", "server_label": "calc", "server_url": mcp.url, "require_approval": "never"}])
+    kinds = [item.type for item in response.output]
+    assert kinds[0] == "mcp_list_tools" and "mcp_call" in kinds, kinds
+    call = response.output[kinds.index("mcp_call")]
+    arguments = json.loads(call.arguments)  # type: ignore[union-attr]
+    assert call.output == str(arguments["a"] + arguments["b"]), call  # type: ignore[union-attr]
+    passes = [r for r in read_recordings(gpt_oss.log.parent / "engine.jsonl")][-2:]
+    assert passes[1].prompt_token_ids[:len(passes[0].prompt_token_ids)] == passes[0].prompt_token_ids, \
+        "the second pass extends the first pass's prompt (its prefix is cached)"
 
 
 def test_several_api_processes_serve_gpt_oss(tiny_gpt_oss: Path, tmp_path: Path) -> None:
