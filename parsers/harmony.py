@@ -17,9 +17,17 @@ from parsers.deltas import (
     ToolCallStarted,
     merge_adjacent,
 )
-from parsers.tools import ToolSpec, ToolTable
+from parsers.tools import ToolSpec, ToolTable, model_name
 
 FUNCTIONS_PREFIX = "functions."
+HOSTED_KINDS = ("mcp", "mcp_approval")  # an MCP server's tools: a namespace of their own, as gpt-oss's built-ins are
+
+
+def recipient(tool: ToolSpec) -> str:
+    """Who a call of `tool` is addressed to: `functions.NAME`, or `LABEL.NAME` for a tool of an MCP server."""
+    if tool.kind in HOSTED_KINDS and tool.namespace:
+        return f"{tool.namespace}.{tool.name}"
+    return FUNCTIONS_PREFIX + tool.model_name
 OpenKind = Literal["reasoning", "message", "preamble", "call", "custom"]  # preamble: a commentary message
 
 
@@ -151,8 +159,7 @@ class HarmonyParser:
         if self._open is not None:  # a second header before the first message ended
             return []
         if recipient and recipient != "assistant":
-            name = recipient.removeprefix(FUNCTIONS_PREFIX)
-            tool = self.tools.lookup(name) if self.tools else ToolSpec(name)
+            tool = self._addressed(recipient)
             if tool.kind == "custom":
                 self._open, self._custom = "custom", (tool, [])
                 return []
@@ -160,6 +167,17 @@ class HarmonyParser:
             return [ToolCallStarted(tool.name, kind=tool.kind, namespace=tool.namespace)]
         self._open = "reasoning" if channel == "analysis" else "preamble" if channel == "commentary" else "message"
         return []
+
+    def _addressed(self, to: str) -> ToolSpec:
+        """The tool a recipient names (`functions.NAME`, or `LABEL.NAME` of an MCP server); an unknown one is a
+        function of that name."""
+        name = to.removeprefix(FUNCTIONS_PREFIX)
+        if name == to and "." in to and self.tools is not None:
+            namespace, _, member = to.partition(".")
+            tool = self.tools.lookup(model_name(member, namespace))
+            if recipient(tool) == to:
+                return tool
+        return self.tools.lookup(name) if self.tools else ToolSpec(name)
 
     def _content(self, text: str) -> list[Delta]:
         if self._open == "reasoning":

@@ -82,6 +82,9 @@ def test_a_forced_mcp_call_on_the_tiny_gpt_oss(gpt_oss: RunningServer) -> None:
     passes = [r for r in read_recordings(gpt_oss.log.parent / "engine.jsonl")][-2:]
     assert passes[1].prompt_token_ids[:len(passes[0].prompt_token_ids)] == passes[0].prompt_token_ids, \
         "the second pass extends the first pass's prompt (its prefix is cached)"
+    encoding = harmony_encoding()
+    assert "namespace calc" in encoding.decode(passes[0].prompt_token_ids), "the server's tools are a namespace"
+    assert "to=calc.add" in encoding.decode([token for step in passes[0].steps for token in step])
 
 
 def test_several_api_processes_serve_gpt_oss(tiny_gpt_oss: Path, tmp_path: Path) -> None:

@@ -269,7 +269,7 @@ def test_a_replayed_gpt_oss_turn_calls_the_mcp_server_then_answers(gpt_oss: Harn
     from tests.test_harmony import CALL, completion
 
     call = completion(("analysis", None, "I should search the corpus."),
-                      ("commentary", "functions.calc__search", '{"query": "harmony"}'), end=CALL)
+                      ("commentary", "calc.search", '{"query": "harmony"}'), end=CALL)
     answer = completion(("final", None, "Harmony is the chat format of gpt-oss."))
     gpt_oss.play(steps_from_tokens(call, cuts=list(range(1, len(call), 2))),
                  steps_from_tokens(answer, cuts=list(range(1, len(answer), 2))))
@@ -278,5 +278,5 @@ def test_a_replayed_gpt_oss_turn_calls_the_mcp_server_then_answers(gpt_oss: Harn
     assert [item.type for item in final.output] == ["mcp_list_tools", "reasoning", "mcp_call", "message"]
     assert "chat format gpt-oss models were trained on" in final.output[2].output  # type: ignore[union-attr]
     prompt = harmony_encoding().decode(gpt_oss.engine.requests[-1].prompt_token_ids)
-    assert "to=functions.calc__search" in prompt and "chat format gpt-oss models were trained on" in prompt
+    assert "to=calc.search" in prompt and "namespace calc" in prompt and "chat format gpt-oss models were trained on" in prompt
     assert prompt.rstrip().endswith("<|start|>assistant"), "the answer's pass continues after the tool's output"

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from parsers.harmony import FUNCTIONS_PREFIX, HARMONY_TOKENS
+from parsers.harmony import FUNCTIONS_PREFIX, HARMONY_TOKENS, recipient
 from server.constraints.chat import Format, call_budget, grammar_format
-from server.constraints.rules import OutputRules
+from server.constraints.rules import CallRules, OutputRules
 
 # Analysis and preamble messages before the turn's last one, at most; a quarter of the output budget each.
 EARLIER_MESSAGES = 2
@@ -38,7 +38,8 @@ def harmony_structural_tag(rules: OutputRules, token_id: Callable[[str], int]) -
     if rules.calls is not None:
         custom = rules.calls.custom
         endings += [_custom_call(ids, name, custom[name], answer_budget) if name in custom
-                    else _call(ids, name, schema, answer_budget) for name, schema in rules.calls.schemas.items()]
+                    else _call(ids, _recipient(rules.calls, name), schema, answer_budget)
+                    for name, schema in rules.calls.schemas.items()]
     body = _free_tokens(ids, per_message)
     message = {"type": "or", "elements": [_message(ids, "analysis", body), _message(ids, "commentary", body)]}
     earlier = {"type": "repeat", "min": 0, "max": EARLIER_MESSAGES, "content": message}
@@ -69,8 +70,13 @@ def _message(ids: dict[str, int], channel: str, text: Format) -> Format:
     return _sequence(_token(ids["<|channel|>"]), _text(channel), body, _token(ids["<|start|>"]), _text("assistant"))
 
 
-def _call(ids: dict[str, int], name: str, schema: dict[str, Any], budget: int | None) -> Format:
-    header = f"commentary to={FUNCTIONS_PREFIX}{name} "
+def _recipient(calls: CallRules, name: str) -> str:
+    tool = calls.tools.get(name)
+    return recipient(tool) if tool is not None else FUNCTIONS_PREFIX + name
+
+
+def _call(ids: dict[str, int], to: str, schema: dict[str, Any], budget: int | None) -> Format:
+    header = f"commentary to={to} "
     arguments = grammar_format(schema, call_budget(budget, header, "json", "...."))  # 4 special tokens, one each
     return _sequence(_token(ids["<|channel|>"]), _text(header), _token(ids["<|constrain|>"]), _text("json"),
                      _token(ids["<|message|>"]), arguments)

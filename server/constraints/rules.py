@@ -29,6 +29,7 @@ class CallRules:
     restricted: bool = False  # only some of the offered tools may be called (allowed_tools)
     strict: frozenset[str] = frozenset()  # names whose arguments are constrained even when a call is optional
     custom: dict[str, str | None] = field(default_factory=dict)  # custom tools' names -> their input's grammar
+    tools: dict[str, ToolSpec] = field(default_factory=dict)  # the name the model writes -> the tool it calls
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,8 @@ def _rules(tools: tuple[ToolSpec, ...], definitions: dict[str, dict[str, Any]],
             is_strict = custom[tool.model_name] is not None  # a grammar holds whenever the tool is called
         if is_strict:
             strict.add(tool.model_name)
-    return CallRules(schemas, required=required, restricted=restricted, strict=frozenset(strict), custom=custom)
+    return CallRules(schemas, required=required, restricted=restricted, strict=frozenset(strict), custom=custom,
+                     tools={tool.model_name: tool for tool in tools})
 
 
 def _arguments_schema(tool: ToolSpec, definition: dict[str, Any]) -> tuple[dict[str, Any], bool]:

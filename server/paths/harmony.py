@@ -6,14 +6,14 @@ import datetime
 from functools import lru_cache
 from typing import Any
 
-from parsers.harmony import FUNCTIONS_PREFIX, HarmonyParser, HarmonyTokens
+from parsers.harmony import FUNCTIONS_PREFIX, HOSTED_KINDS, HarmonyParser, HarmonyTokens, recipient
 from parsers.tools import ToolTable
 from server.config import ServerConfig
 from server.constraints.harmony import harmony_structural_tag
 from server.constraints.rules import OutputRules
 from server.errors import RequestError
 from server.paths.base import RenderedPrompt
-from server.paths.tools import function_tools, tool_table
+from server.paths.tools import function_tools, tool_definitions, tool_table
 from server.requests import (
     CustomToolCallItem,
     CustomToolCallOutputItem,
@@ -88,17 +88,20 @@ def harmony_conversation(request: ResponsesRequest, today: datetime.date, table:
     system = SystemContent.new().with_conversation_start_date(today.isoformat()).with_reasoning_effort(
         getattr(ReasoningEffort, _EFFORTS.get(effort, "MEDIUM")))
     messages = [Message.from_role_and_content(Role.SYSTEM, system)]
-    custom = {spec.model_name for spec in table.tools if spec.kind == "custom"} if table is not None else set()
-    tools = [_tool_description(tool["function"], tool["function"]["name"] in custom)
-             for tool in function_tools(request, table)]
-    if request.instructions or tools:
+    specs = {spec.model_name: spec for spec in table.tools} if table is not None else {}
+    tools = [_tool_description(tool["function"], specs[tool["function"]["name"]].kind == "custom")
+             for tool in function_tools(request, table) if specs[tool["function"]["name"]].kind not in HOSTED_KINDS]
+    namespaces = _hosted_namespaces(request, table)
+    if request.instructions or tools or namespaces:
         developer = DeveloperContent.new()
         if request.instructions:
             developer = developer.with_instructions(request.instructions)
         if tools:
             developer = developer.with_function_tools(tools)
+        for namespace in namespaces:
+            developer = developer.with_tools(namespace)
         messages.append(Message.from_role_and_content(Role.DEVELOPER, developer))
-    messages += _input_messages(request)
+    messages += _input_messages(request, table)
     return Conversation.from_messages(messages)
 
 
@@ -113,10 +116,25 @@ def _tool_description(function: dict[str, Any], freeform: bool) -> Any:
     return ToolDescription.new(function["name"], description.strip(), parameters=None)
 
 
-def _input_messages(request: ResponsesRequest) -> list[Any]:
+def _hosted_namespaces(request: ResponsesRequest, table: ToolTable | None) -> list[Any]:
+    """Each MCP server's tools, as a namespace of their own in the developer message (`LABEL.NAME`)."""
+    from openai_harmony import ToolDescription, ToolNamespaceConfig
+
+    definitions = tool_definitions(request)
+    grouped: dict[str, list[Any]] = {}
+    for spec in table.tools if table is not None else ():
+        if spec.kind in HOSTED_KINDS and spec.namespace:
+            tool = definitions.get(spec.model_name, {})
+            grouped.setdefault(spec.namespace, []).append(ToolDescription.new(
+                spec.name, tool.get("description") or "", parameters=tool.get("parameters")))
+    return [ToolNamespaceConfig(name=label, description=f"The tools of the MCP server {label}.", tools=tools)
+            for label, tools in grouped.items()]
+
+
+def _input_messages(request: ResponsesRequest, table: ToolTable | None) -> list[Any]:
     from openai_harmony import Author, Message, Role
 
-    calls: dict[str, str] = {}  # call_id -> the function name the model called
+    calls: dict[str, str] = {}  # call_id -> who the model called (a function, or an MCP server's tool)
     out = []
     for index, item in enumerate(request.input_items()):
         if isinstance(item, MessageItem):
@@ -127,18 +145,19 @@ def _input_messages(request: ResponsesRequest) -> list[Any]:
             out.append(Message.from_role_and_content(Role.ASSISTANT, item.text()).with_channel("analysis"))
         elif isinstance(item, (FunctionCallItem, CustomToolCallItem)):
             name = item.model_name
-            calls[item.call_id] = name
+            to = recipient(table.lookup(name)) if table is not None else FUNCTIONS_PREFIX + name
+            calls[item.call_id] = to
             if isinstance(item, CustomToolCallItem):  # freeform: the body is the input, as the model wrote it
                 out.append(Message.from_role_and_content(Role.ASSISTANT, item.input).with_channel("commentary")
-                           .with_recipient(FUNCTIONS_PREFIX + name))
+                           .with_recipient(to))
                 continue
             out.append(Message.from_role_and_content(Role.ASSISTANT, item.arguments or "{}").with_channel("commentary")
-                       .with_recipient(FUNCTIONS_PREFIX + name).with_content_type("<|constrain|>json"))
+                       .with_recipient(to).with_content_type("<|constrain|>json"))
         elif isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
             if item.call_id not in calls:
                 raise RequestError(f"No tool call found for function call output with call_id '{item.call_id}'.",
                                param=f"input[{index}].call_id")
-            author = Author.new(Role.TOOL, FUNCTIONS_PREFIX + calls[item.call_id])
+            author = Author.new(Role.TOOL, calls[item.call_id])
             out.append(Message.from_author_and_content(author, item.text()).with_channel("commentary")
                        .with_recipient("assistant"))
     return out
