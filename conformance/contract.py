@@ -58,6 +58,8 @@ class _OpenItem:
     summary_text: list[str] = field(default_factory=list)
     summary_done_value: str | None = None
     progress: str | None = None  # a hosted item's last progress event (in_progress, completed, failed)
+    commands: list[list[str]] = field(default_factory=list)  # a shell call's commands, as their deltas came
+    commands_done: int = 0
 
 
 def _check(condition: bool, message: str) -> None:
@@ -159,6 +161,8 @@ def _part_or_tool_event(current: _OpenItem, kind: str, event: dict[str, Any]) ->
         if kind == "response.function_call_arguments.done":
             _check(event.get("name") == current.item["name"], "function_call_arguments.done names the call")
         current.tool_done = True
+    elif kind.startswith("response.shell_call_command."):
+        _shell_command_event(current, kind, event)
     elif kind in _HOSTED_PROGRESS:
         item_type, stage = _HOSTED_PROGRESS[kind]
         _check(current.item["type"] == item_type, f"{kind} for a {current.item['type']} item")
@@ -167,6 +171,22 @@ def _part_or_tool_event(current: _OpenItem, kind: str, event: dict[str, Any]) ->
         current.progress = stage
     else:
         raise ContractViolation(f"unexpected event {kind} inside an item")
+
+
+def _shell_command_event(current: _OpenItem, kind: str, event: dict[str, Any]) -> None:
+    """A shell call's commands, one after another: added, deltas, done (their concatenation)."""
+    _check(current.item["type"] == "shell_call", f"{kind} in a {current.item['type']} item")
+    index = event["command_index"]
+    if kind.endswith(".added"):
+        _check(index == len(current.commands) == current.commands_done, "a command was added out of order")
+        current.commands.append([event["command"]])
+        return
+    _check(index == len(current.commands) - 1 and current.commands_done == index, f"{kind} for another command")
+    if kind.endswith(".delta"):
+        current.commands[index].append(event["delta"])
+    else:
+        _check(event["command"] == "".join(current.commands[index]), "shell_call_command.done differs from its deltas")
+        current.commands_done += 1
 
 
 def _summary_event(current: _OpenItem, kind: str, event: dict[str, Any]) -> None:
@@ -205,6 +225,8 @@ def _close_item(current: _OpenItem, item: dict[str, Any]) -> None:
     if item["type"] == "compaction":  # made whole before generation: no status, the same when added and done
         _check(item == added and bool(item.get("encrypted_content")), "a compaction item is whole when added")
         return
+    if item["type"] == "shell_call" and item.get("status") == "completed":
+        _check(item["action"]["commands"] == ["".join(c) for c in current.commands], "the commands differ from events")
     if item["type"] in _STATUSLESS:
         _check("status" not in item, f"a {item['type']} item has no status")
     elif item["type"] == "mcp_call":

@@ -25,6 +25,7 @@ SDK_ONLY_EVENTS = frozenset({
     "response.mcp_list_tools.in_progress", "response.mcp_list_tools.completed", "response.mcp_list_tools.failed",
     "response.mcp_call.in_progress", "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done",
     "response.mcp_call.completed", "response.mcp_call.failed",
+    "response.shell_call_command.added", "response.shell_call_command.delta", "response.shell_call_command.done",
 })
 # Output items and tools of the SDK beyond the spec's (a custom tool and its call): accepted as extensions.
 _EXTENDED_UNIONS = {"ItemField": "type", "Tool": "type"}

@@ -229,6 +229,45 @@ class McpApprovalResponseItem(_Lenient):
     id: ItemId | None = None
 
 
+class ShellCallItem(_Lenient):
+    """An earlier `shell` call by the model (the client ran its commands)."""
+
+    type: Literal["shell_call"]
+    call_id: str
+    action: dict[str, Any]
+    id: ItemId | None = None
+    status: str | None = None
+
+
+class ShellCallOutputItem(_Lenient):
+    """What the client's shell printed for a `shell` call, command by command."""
+
+    type: Literal["shell_call_output"]
+    call_id: str
+    output: list[dict[str, Any]]
+    id: ItemId | None = None
+
+
+class ApplyPatchCallItem(_Lenient):
+    """An earlier `apply_patch` call by the model."""
+
+    type: Literal["apply_patch_call"]
+    call_id: str
+    operation: dict[str, Any]
+    id: ItemId | None = None
+    status: str | None = None
+
+
+class ApplyPatchCallOutputItem(_Lenient):
+    """How the client's patch went (`completed` or `failed`), with its log."""
+
+    type: Literal["apply_patch_call_output"]
+    call_id: str
+    status: Literal["completed", "failed"]
+    output: str | None = None
+    id: ItemId | None = None
+
+
 _ITEM_TYPES: dict[str, type[BaseModel]] = {
     "message": MessageItem,
     "function_call": FunctionCallItem,
@@ -241,6 +280,10 @@ _ITEM_TYPES: dict[str, type[BaseModel]] = {
     "mcp_call": McpCallItem,
     "mcp_approval_request": McpApprovalRequestItem,
     "mcp_approval_response": McpApprovalResponseItem,
+    "shell_call": ShellCallItem,
+    "shell_call_output": ShellCallOutputItem,
+    "apply_patch_call": ApplyPatchCallItem,
+    "apply_patch_call_output": ApplyPatchCallOutputItem,
 }
 
 

@@ -7,19 +7,14 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from openai.types.responses import (
+    ResponseApplyPatchToolCall,
     ResponseCustomToolCall,
     ResponseCustomToolCallInputDeltaEvent,
     ResponseCustomToolCallInputDoneEvent,
     ResponseFunctionCallArgumentsDeltaEvent,
     ResponseFunctionCallArgumentsDoneEvent,
+    ResponseFunctionShellToolCall,
     ResponseFunctionToolCall,
-    ResponseOutputItem,
-    ResponseOutputMessage,
-    ResponseReasoningItem,
-    ResponseStreamEvent,
-)
-
-from openai.types.responses import (
     ResponseMcpCallArgumentsDeltaEvent,
     ResponseMcpCallArgumentsDoneEvent,
     ResponseMcpCallCompletedEvent,
@@ -28,9 +23,17 @@ from openai.types.responses import (
     ResponseMcpListToolsCompletedEvent,
     ResponseMcpListToolsFailedEvent,
     ResponseMcpListToolsInProgressEvent,
+    ResponseOutputItem,
+    ResponseOutputMessage,
+    ResponseReasoningItem,
+    ResponseShellCallCommandAddedEvent,
+    ResponseShellCallCommandDeltaEvent,
+    ResponseShellCallCommandDoneEvent,
+    ResponseStreamEvent,
 )
 from openai.types.responses.response_output_item import McpApprovalRequest, McpCall, McpListTools, McpListToolsTool
 
+from streaming.client_calls import patch_operation, shell_action
 from streaming.items import ItemKind, ItemRecord, ItemStatus, ListedTools, ToolResult, part_model
 
 Emit = Callable[..., ResponseStreamEvent]  # an event of this class with these fields, numbered in sequence
@@ -192,6 +195,50 @@ class McpListToolsWriter(ItemWriter):
                      output_index=item.output_index)]
 
 
+class ShellCallWriter(ItemWriter):
+    """A `shell` call the client runs: its `action` read from the model's arguments, each command said once the
+    call is whole (`response.shell_call_command.added`, `.delta`, `.done`)."""
+
+    calls_tool = True
+    takes_input = True
+
+    def model(self, item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
+        action = shell_action("".join(item.arguments)) if status != "in_progress" else {"commands": []}
+        return ResponseFunctionShellToolCall(type="shell_call", id=item.id, call_id=item.call_id, action=action,
+                                             status=status)
+
+    def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> list[ResponseStreamEvent]:
+        return []  # the commands are said whole, once the arguments are
+
+    def closing(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        events = []
+        for index, command in enumerate(shell_action("".join(item.arguments))["commands"]):
+            where = {"output_index": item.output_index, "command_index": index}
+            events += [emit(ResponseShellCallCommandAddedEvent, type="response.shell_call_command.added", command="",
+                            **where),
+                       emit(ResponseShellCallCommandDeltaEvent, type="response.shell_call_command.delta", delta=command,
+                            **where),
+                       emit(ResponseShellCallCommandDoneEvent, type="response.shell_call_command.done", command=command,
+                            **where)]
+        return events
+
+
+class ApplyPatchCallWriter(ItemWriter):
+    """An `apply_patch` call the client runs: its `operation` read from the model's arguments."""
+
+    calls_tool = True
+    takes_input = True
+
+    def model(self, item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
+        done = status != "in_progress"
+        operation = patch_operation("".join(item.arguments) if done else "")
+        return ResponseApplyPatchToolCall(type="apply_patch_call", id=item.id, call_id=item.call_id,
+                                          operation=operation, status="completed" if done else "in_progress")
+
+    def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> list[ResponseStreamEvent]:
+        return []
+
+
 def item_writers(seal_reasoning: Callable[[str], str] | None = None) -> dict[ItemKind, ItemWriter]:
     """The writer of each kind the builder streams (a reasoning item sealed with `seal_reasoning`, when given)."""
     return {"message": MessageWriter(), "reasoning": ReasoningWriter(seal_reasoning),
@@ -202,4 +249,5 @@ def item_writers(seal_reasoning: Callable[[str], str] | None = None) -> dict[Ite
                                            "response.custom_tool_call_input", ResponseCustomToolCallInputDeltaEvent,
                                            ResponseCustomToolCallInputDoneEvent),
             "mcp_call": McpCallWriter(), "mcp_approval_request": McpApprovalWriter(),
-            "mcp_list_tools": McpListToolsWriter()}
+            "mcp_list_tools": McpListToolsWriter(), "shell_call": ShellCallWriter(),
+            "apply_patch_call": ApplyPatchCallWriter()}

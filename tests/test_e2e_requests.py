@@ -379,3 +379,25 @@ def test_agents_hosted_mcp_tool_on_the_real_model(server: RunningServer, mcp: Ru
     result = asyncio.run(run())
     calls = [item.raw_item for item in result.new_items if getattr(item.raw_item, "type", None) == "mcp_call"]
     assert calls and calls[0].error is None and calls[0].output is not None
+
+
+def test_shell_and_apply_patch_calls_round_trip_on_the_real_model(server: RunningServer) -> None:
+    shell = server.client.responses.create(model=MODEL, input="List the files here.", tools=[{"type": "shell"}],
+                                           tool_choice={"type": "shell"}, max_output_tokens=64, temperature=0)
+    call = shell.output[-1]
+    assert call.type == "shell_call" and call.action.commands, shell.output  # type: ignore[union-attr]
+    output = [{"stdout": "README.md\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}
+              for _ in call.action.commands]  # type: ignore[union-attr]
+    answer = server.client.responses.create(
+        model=MODEL, previous_response_id=shell.id, tools=[{"type": "shell"}], max_output_tokens=16,
+        input=[{"type": "shell_call_output", "call_id": call.call_id, "output": output}])  # type: ignore[union-attr, list-item]
+    assert answer.status in ("completed", "incomplete")
+    patch = server.client.responses.create(model=MODEL, input="Create hello.py printing hello.",
+                                           tools=[{"type": "apply_patch"}], tool_choice={"type": "apply_patch"},
+                                           max_output_tokens=96, temperature=0)
+    assert patch.output[-1].type == "apply_patch_call", patch.output
+    done = server.client.responses.create(
+        model=MODEL, previous_response_id=patch.id, tools=[{"type": "apply_patch"}], max_output_tokens=16,
+        input=[{"type": "apply_patch_call_output", "call_id": patch.output[-1].call_id,  # type: ignore[union-attr]
+                "status": "completed"}])
+    assert done.status in ("completed", "incomplete")

@@ -15,7 +15,7 @@ from conformance.contract import validate_events
 from server.config import ServerConfig
 from server.http.app import create_app
 from server.serving import ServingContext
-from server.tools.hosted import NOT_APPROVED
+from server.tools.function_view import NOT_APPROVED
 from server.tools.mcp_servers import McpSettings
 from streaming.ids import counting_ids
 from tests.conftest import free_port, serve_in_thread
@@ -280,3 +280,43 @@ def test_a_replayed_gpt_oss_turn_calls_the_mcp_server_then_answers(gpt_oss: Harn
     prompt = harmony_encoding().decode(gpt_oss.engine.requests[-1].prompt_token_ids)
     assert "to=calc.search" in prompt and "namespace calc" in prompt and "chat format gpt-oss models were trained on" in prompt
     assert prompt.rstrip().endswith("<|start|>assistant"), "the answer's pass continues after the tool's output"
+
+
+def test_shell_calls_round_trip_through_chains_and_stateless_input(served: Harness, tokenizer: Any) -> None:
+    served.play(script(tokenizer, call_text("shell", {"commands": ["ls -la", "cat README.md"]})),
+                script(tokenizer, "Two files."))
+    events = served.raw_stream(input="List the files", tools=[{"type": "shell"}], tool_choice={"type": "shell"})
+    final = validate_events(events)
+    call = final.output[0]
+    assert call.type == "shell_call" and call.action.commands == ["ls -la", "cat README.md"]  # type: ignore[union-attr]
+    done = [event["command"] for event in events if event["type"] == "response.shell_call_command.done"]
+    assert done == ["ls -la", "cat README.md"]
+    assert served.engine.requests[-1].sampling.structural_tag is not None, "tool_choice shell holds the call"
+    output = {"type": "shell_call_output", "call_id": call.call_id,  # type: ignore[union-attr]
+              "output": [{"stdout": "README.md\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+                         {"stdout": "# Hello\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]}
+    chained = served.post(previous_response_id=final.id, input=[output], tools=[{"type": "shell"}])
+    assert chained.status_code == 200, chained.text
+    assert "# Hello" in prompt_text(served, tokenizer) and "exit code 0" in prompt_text(served, tokenizer)
+    stateless = served.post(input=[{"role": "user", "content": "List the files"},
+                                   call.model_dump(mode="json", exclude_none=True), output],
+                            tools=[{"type": "shell"}], store=False)
+    assert stateless.status_code == 200, stateless.text
+    items = served.client.responses.input_items.list(chained.json()["id"]).data
+    assert items[0].type == "shell_call_output"
+
+
+def test_apply_patch_calls_round_trip(served: Harness, tokenizer: Any) -> None:
+    patch = {"type": "update_file", "path": "app.py", "diff": "@@\n-print(1)\n+print(2)\n"}
+    served.play(script(tokenizer, call_text("apply_patch", patch)), script(tokenizer, "Patched."))
+    final = validate_events(served.raw_stream(input="Fix app.py", tools=[{"type": "apply_patch"}]))
+    call = final.output[0]
+    assert call.type == "apply_patch_call" and call.operation.model_dump() == patch  # type: ignore[union-attr]
+    served.play(script(tokenizer, call_text("apply_patch", patch)))
+    with served.client.responses.stream(model=MODEL, input="x", tools=[{"type": "apply_patch"}]) as stream:  # type: ignore[list-item]
+        assert stream.get_final_response().output[0].type == "apply_patch_call"
+    answer = served.post(previous_response_id=final.id, tools=[{"type": "apply_patch"}], input=[
+        {"type": "apply_patch_call_output", "call_id": call.call_id, "status": "failed",  # type: ignore[union-attr]
+         "output": "hunk 1 did not apply"}])
+    assert answer.status_code == 200, answer.text
+    assert "hunk 1 did not apply" in prompt_text(served, tokenizer)

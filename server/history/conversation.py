@@ -44,8 +44,8 @@ def _stored_item(item: Any, ids: IdFactory) -> dict[str, Any]:
             for part in data["content"]:
                 part.setdefault("annotations", [])
         data.setdefault("status", "completed")
-    elif item.type in ("function_call", "function_call_output"):
-        data.setdefault("status", "completed")
+    elif item.type in ("function_call", "function_call_output", "shell_call", "shell_call_output", "apply_patch_call"):
+        data.setdefault("status", "completed")  # the SDK's item types require one
     parts = data.get("content") if isinstance(item, MessageItem) else data.get("output")
     for part in parts if isinstance(item, (MessageItem, ToolOutput)) and isinstance(parts, list) else ():
         if isinstance(part, dict) and part.get("type") == "input_image":

@@ -12,20 +12,18 @@ from urllib.parse import urlsplit
 from server.errors import RequestError
 from server.metrics import MCP_CALL_SECONDS, MCP_CALLS
 from server.requests import (
-    FunctionCallItem,
-    FunctionCallOutputItem,
     McpApprovalRequestItem,
     McpApprovalResponseItem,
     McpCallItem,
     McpListToolsItem,
     ResponsesRequest,
 )
+from server.tools.client_tools import CLIENT_TOOLS, shown
+from server.tools.function_view import function_items
 from server.tools.mcp_client import McpUnavailable, call_tool, list_tools
 from server.tools.mcp_servers import McpServer, McpSettings, mcp_servers
 from streaming.items import ListedTools, ToolResult
 
-NOT_APPROVED = "The user did not approve this call: it was not run."
-_MCP_ITEMS = (McpCallItem, McpListToolsItem, McpApprovalRequestItem, McpApprovalResponseItem)
 
 
 @dataclass
@@ -55,12 +53,11 @@ class HostedTools:
 
     def view(self, conversation: ResponsesRequest) -> ResponsesRequest:
         """The conversation as a model path renders it: each MCP tool a namespace of the tools its server offers,
-        each MCP call a function call and its output; listings and approvals are not shown."""
-        tools = [self._namespace(tool) if tool.get("type") == "mcp" else tool for tool in conversation.tools]
-        items = conversation.input_items()
-        if any(isinstance(item, _MCP_ITEMS) for item in items):
-            items = function_items(items)
-        return conversation.model_copy(update={"tools": tools, "input": items})
+        each MCP call a function call and its output (server/tools/function_view.py); `shell` and `apply_patch`
+        tools as functions of their own schema."""
+        tools = [self._namespace(tool) if tool.get("type") == "mcp" else shown(tool) if tool.get("type") in CLIENT_TOOLS
+                 else tool for tool in conversation.tools]
+        return conversation.model_copy(update={"tools": tools, "input": function_items(conversation.input_items())})
 
     def _namespace(self, tool: dict[str, Any]) -> dict[str, Any]:
         server = self.servers[tool["server_label"]]
@@ -113,34 +110,3 @@ def _approved(items: list[Any], body: ResponsesRequest, servers: dict[str, McpSe
                                "this request's tools.", param=f"input[{index}].approval_request_id")
         approved.append(request)
     return approved
-
-
-def function_items(items: list[Any]) -> list[Any]:
-    """MCP items as the function vocabulary the model paths render: a call and its output; a call refused by the
-    client, as a call whose output says so. Listings, and approvals pending or answered, show nothing."""
-    refused = {item.approval_request_id for item in items
-               if isinstance(item, McpApprovalResponseItem) and not item.approve}
-    out: list[Any] = []
-    for item in items:
-        if isinstance(item, McpCallItem):
-            output = item.output if item.error is None else f"Error: {_error_text(item.error)}"
-            out += _call_and_output(item.id or f"mcp_{len(out)}", item.server_label, item.name, item.arguments,
-                                    output or "")
-        elif isinstance(item, McpApprovalRequestItem):
-            if item.id in refused:
-                out += _call_and_output(item.id, item.server_label, item.name, item.arguments, NOT_APPROVED)
-        elif not isinstance(item, _MCP_ITEMS):
-            out.append(item)
-    return out
-
-
-def _call_and_output(call_id: str, label: str, name: str, arguments: str, output: str) -> list[Any]:
-    return [FunctionCallItem(type="function_call", call_id=call_id, name=name, namespace=label,
-                             arguments=arguments),
-            FunctionCallOutputItem(type="function_call_output", call_id=call_id, output=output)]
-
-
-def _error_text(error: Any) -> str:
-    if isinstance(error, dict):
-        return str(error.get("message") or error.get("content") or error)
-    return str(error)
