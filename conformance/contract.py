@@ -35,8 +35,13 @@ _TOOL_DONES = {
 _STATUSLESS = ("mcp_list_tools", "mcp_approval_request")  # items the SDK types with no status
 # A hosted item's progress: (its item type, the progress it reports). In progress first; then, once its input is
 # whole, completed or failed, as its done item says.
-_HOSTED_PROGRESS = {f"response.{item}.{stage}": (item, stage) for item in ("mcp_call", "mcp_list_tools")
-                    for stage in ("in_progress", "completed", "failed")}
+_HOSTED_PROGRESS = {f"response.{item}.{stage}": (item, stage)
+                    for item, stages in (("mcp_call", ("in_progress", "completed", "failed")),
+                                         ("mcp_list_tools", ("in_progress", "completed", "failed")),
+                                         ("web_search_call", ("in_progress", "searching", "completed")),
+                                         ("code_interpreter_call", ("in_progress", "interpreting", "completed")))
+                    for stage in stages}
+_HOSTED_RUNS = ("mcp_call", "web_search_call", "code_interpreter_call")  # calls the server ran: done as it ended
 
 
 class ContractViolation(AssertionError):
@@ -168,7 +173,14 @@ def _part_or_tool_event(current: _OpenItem, kind: str, event: dict[str, Any]) ->
         _check(current.item["type"] == item_type, f"{kind} for a {current.item['type']} item")
         _check((stage == "in_progress") == (current.progress is None), f"{kind} out of order")
         _check(stage == "in_progress" or item_type != "mcp_call" or current.tool_done, f"{kind} before its input")
+        _check(current.progress != "completed", f"{kind} after the item completed")
         current.progress = stage
+    elif kind.startswith("response.code_interpreter_call_code."):
+        _check(current.item["type"] == "code_interpreter_call", f"{kind} in a {current.item['type']} item")
+        if kind.endswith(".delta"):
+            current.tool_text.append(event["delta"])
+        else:
+            _check(event["code"] == "".join(current.tool_text), f"{kind} differs from its deltas")
     else:
         raise ContractViolation(f"unexpected event {kind} inside an item")
 
@@ -229,14 +241,17 @@ def _close_item(current: _OpenItem, item: dict[str, Any]) -> None:
         _check(item["action"]["commands"] == ["".join(c) for c in current.commands], "the commands differ from events")
     if item["type"] in _STATUSLESS:
         _check("status" not in item, f"a {item['type']} item has no status")
-    elif item["type"] == "mcp_call":
-        _check(item.get("status") in ("completed", "failed", "incomplete"), f"an mcp_call has status {item.get('status')}")
+    elif item["type"] in _HOSTED_RUNS:
+        _check(item.get("status") in ("completed", "failed", "incomplete"),
+               f"{item['type']} has status {item.get('status')}")
     else:
         _check(item.get("status") in ("completed", "incomplete"), f"a done item has status {item.get('status')}")
     if item["type"] in ("mcp_call", "mcp_list_tools") and item.get("status") != "incomplete":
         failed = item.get("error") is not None
         _check(current.progress == ("failed" if failed else "completed"), f"{item['type']} done after "
                f"{current.progress} progress, with{'' if failed else 'out'} an error")
+    if item["type"] in ("web_search_call", "code_interpreter_call") and item.get("status") == "completed":
+        _check(current.progress == "completed", f"{item['type']} completed without its completed event")
     if item["type"] in ("message", "reasoning"):
         _check(item.get("content") == current.parts, "the done item's content differs from its done parts")
     if item["type"] == "reasoning":

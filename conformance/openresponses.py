@@ -26,6 +26,10 @@ SDK_ONLY_EVENTS = frozenset({
     "response.mcp_call.in_progress", "response.mcp_call_arguments.delta", "response.mcp_call_arguments.done",
     "response.mcp_call.completed", "response.mcp_call.failed",
     "response.shell_call_command.added", "response.shell_call_command.delta", "response.shell_call_command.done",
+    "response.web_search_call.in_progress", "response.web_search_call.searching", "response.web_search_call.completed",
+    "response.code_interpreter_call.in_progress", "response.code_interpreter_call.interpreting",
+    "response.code_interpreter_call.completed", "response.code_interpreter_call_code.delta",
+    "response.code_interpreter_call_code.done",
 })
 # Output items and tools of the SDK beyond the spec's (a custom tool and its call): accepted as extensions.
 _EXTENDED_UNIONS = {"ItemField": "type", "Tool": "type"}

@@ -21,12 +21,16 @@ from parsers.tools import ToolSpec, ToolTable, model_name
 
 FUNCTIONS_PREFIX = "functions."
 HOSTED_KINDS = ("mcp", "mcp_approval")  # an MCP server's tools: a namespace of their own, as gpt-oss's built-ins are
+BUILTIN_KINDS = ("web_search", "code_interpreter")  # gpt-oss's own: the `browser` namespace and `python`
 
 
 def recipient(tool: ToolSpec) -> str:
-    """Who a call of `tool` is addressed to: `functions.NAME`, or `LABEL.NAME` for a tool of an MCP server."""
-    if tool.kind in HOSTED_KINDS and tool.namespace:
+    """Who a call of `tool` is addressed to: `functions.NAME`; `LABEL.NAME` for a tool of an MCP server or of the
+    browser (`browser.search`); `python`."""
+    if tool.kind in (*HOSTED_KINDS, "web_search") and tool.namespace:
         return f"{tool.namespace}.{tool.name}"
+    if tool.kind == "code_interpreter":
+        return tool.name
     return FUNCTIONS_PREFIX + tool.model_name
 OpenKind = Literal["reasoning", "message", "preamble", "call", "custom"]  # preamble: a commentary message
 

@@ -25,6 +25,14 @@ def mcp_server_flag(value: str) -> tuple[str, str]:
     return label, url
 
 
+def tool_server_flag(value: str) -> tuple[str, str]:
+    """`--tool-server browser=URL` or `--tool-server python=URL`."""
+    name, url = mcp_server_flag(value)
+    if name not in ("browser", "python"):
+        raise argparse.ArgumentTypeError(f"the built-in tools are browser and python, not {name!r}")
+    return name, url
+
+
 def build_parser() -> argparse.ArgumentParser:
     from server.engine import vllm_engine
 
@@ -94,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "three times this, then another replica may send it (default 10)")
     server.add_argument("--mcp-server", action="append", default=[], metavar="LABEL=URL", type=mcp_server_flag,
                         help="register an MCP server (repeatable): a request names it by server_label alone")
+    server.add_argument("--tool-server", action="append", default=[], metavar="NAME=URL", type=tool_server_flag,
+                        help="the MCP server behind a gpt-oss built-in tool, as vLLM's --tool-server: browser=URL "
+                        "(search, open, find) runs web_search tools, python=URL (a python tool) code_interpreter")
     server.add_argument("--allowed-mcp-domains", default="", metavar="HOST[,HOST...]",
                         help="hosts a request's own MCP server_url may name (default: none; other URLs are a 400 and "
                         "are never contacted)")

@@ -156,7 +156,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         max_request_pixels=args.max_request_pixels,
         webhooks=webhook_settings(args),
         mcp=McpSettings(dict(args.mcp_server), _hosts(args.allowed_mcp_domains), args.mcp_connect_timeout,
-                        args.mcp_call_timeout, args.mcp_max_output_bytes),
+                        args.mcp_call_timeout, args.mcp_max_output_bytes, dict(args.tool_server)),
     )
     store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count),
                        data_dir() / "responses.db", webhooks=args.webhook_url is not None)

@@ -268,6 +268,26 @@ class ApplyPatchCallOutputItem(_Lenient):
     id: ItemId | None = None
 
 
+class WebSearchCallItem(_Lenient):
+    """An earlier browser call the server ran for gpt-oss (search, open a page, find in it)."""
+
+    type: Literal["web_search_call"]
+    id: ItemId
+    action: dict[str, Any] = Field(default_factory=dict)
+    status: str | None = None
+
+
+class CodeInterpreterCallItem(_Lenient):
+    """An earlier python call the server ran for gpt-oss, with its output logs."""
+
+    type: Literal["code_interpreter_call"]
+    id: ItemId
+    code: str | None = None
+    outputs: list[dict[str, Any]] | None = None
+    container_id: str | None = None
+    status: str | None = None
+
+
 _ITEM_TYPES: dict[str, type[BaseModel]] = {
     "message": MessageItem,
     "function_call": FunctionCallItem,
@@ -284,6 +304,8 @@ _ITEM_TYPES: dict[str, type[BaseModel]] = {
     "shell_call_output": ShellCallOutputItem,
     "apply_patch_call": ApplyPatchCallItem,
     "apply_patch_call_output": ApplyPatchCallOutputItem,
+    "web_search_call": WebSearchCallItem,
+    "code_interpreter_call": CodeInterpreterCallItem,
 }
 
 

@@ -1,5 +1,5 @@
-"""The items of calls the client runs with item types of their own: a shell call's `action` and an apply_patch
-call's `operation`, read from the arguments the model wrote."""
+"""What the items of calls with item types of their own hold, read from the arguments the model wrote: a shell
+call's `action`, an apply_patch call's `operation`, a web search's `action`, a python call's `code`."""
 
 from __future__ import annotations
 
@@ -34,3 +34,27 @@ def patch_operation(arguments: str) -> dict[str, Any]:
     if kind != "delete_file":
         operation["diff"] = str(values.get("diff") or "")
     return operation
+
+
+def python_code(arguments: str) -> str:
+    """The code of a python call: the message body (harmony), or the `code` of its JSON arguments (chat paths)."""
+    try:
+        values = json.loads(arguments)
+    except json.JSONDecodeError:
+        return arguments
+    return values["code"] if isinstance(values, dict) and isinstance(values.get("code"), str) else arguments
+
+
+def web_search_action(name: str, arguments: str) -> dict[str, Any]:
+    """A browser call (`search`, `open`, `find`) as a web_search_call's `action`."""
+    try:
+        values = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        values = {}
+    values = values if isinstance(values, dict) else {}
+    if name == "open":
+        target = values.get("id")
+        return {"type": "open_page", "url": target if isinstance(target, str) else None}
+    if name == "find":
+        return {"type": "find_in_page", "pattern": str(values.get("pattern") or ""), "url": ""}
+    return {"type": "search", "query": str(values.get("query") or "")}

@@ -17,6 +17,7 @@ ITEM_PREFIXES = {
     "custom_tool_call": "ctc", "custom_tool_call_output": "ctco", "compaction": "cmp",
     "mcp_call": "mcp", "mcp_list_tools": "mcpl", "mcp_approval_request": "mcpr", "mcp_approval_response": "mcpa",
     "shell_call": "sh", "shell_call_output": "sho", "apply_patch_call": "apc", "apply_patch_call_output": "apco",
+    "web_search_call": "ws", "code_interpreter_call": "ci",
 }
 
 

@@ -7,6 +7,16 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from openai.types.responses import (
+    ResponseCodeInterpreterCallCodeDeltaEvent,
+    ResponseCodeInterpreterCallCodeDoneEvent,
+    ResponseCodeInterpreterCallCompletedEvent,
+    ResponseCodeInterpreterCallInProgressEvent,
+    ResponseCodeInterpreterCallInterpretingEvent,
+    ResponseCodeInterpreterToolCall,
+    ResponseFunctionWebSearch,
+    ResponseWebSearchCallCompletedEvent,
+    ResponseWebSearchCallInProgressEvent,
+    ResponseWebSearchCallSearchingEvent,
     ResponseApplyPatchToolCall,
     ResponseCustomToolCall,
     ResponseCustomToolCallInputDeltaEvent,
@@ -33,9 +43,10 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_output_item import McpApprovalRequest, McpCall, McpListTools, McpListToolsTool
 
-from streaming.client_calls import patch_operation, shell_action
+from streaming.client_calls import patch_operation, python_code, shell_action, web_search_action
 from streaming.items import ItemKind, ItemRecord, ItemStatus, ListedTools, ToolResult, part_model
 
+CONTAINER_ID = "local"  # python runs on the operator's tool server, not in an OpenAI container
 Emit = Callable[..., ResponseStreamEvent]  # an event of this class with these fields, numbered in sequence
 
 
@@ -153,7 +164,7 @@ class McpCallWriter(ItemWriter):
 
     def resulting(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
         failed = not isinstance(item.result, ToolResult) or item.result.error is not None
-        event, name = ((ResponseMcpCallFailedEvent, "failed") if failed else (ResponseMcpCallCompletedEvent, "completed"))
+        event, name = (ResponseMcpCallFailedEvent, "failed") if failed else (ResponseMcpCallCompletedEvent, "completed")
         return [emit(event, type=f"response.mcp_call.{name}", item_id=item.id, output_index=item.output_index)]
 
 
@@ -239,6 +250,75 @@ class ApplyPatchCallWriter(ItemWriter):
         return []
 
 
+class WebSearchWriter(ItemWriter):
+    """A browser call the server runs (gpt-oss's `browser.search`, `open`, `find`): its `action`; in progress,
+    searching once the call is whole, then completed (`response.web_search_call.*`). The results are the model's
+    to read, not the item's."""
+
+    awaits_result = True
+    takes_input = True
+
+    def model(self, item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
+        failed = isinstance(item.result, ToolResult) and item.result.error is not None
+        return ResponseFunctionWebSearch(type="web_search_call", id=item.id, status="failed" if failed else status,
+                                         action=web_search_action(item.name, "".join(item.arguments)))
+
+    def opening(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        return [emit(ResponseWebSearchCallInProgressEvent, type="response.web_search_call.in_progress",
+                     item_id=item.id, output_index=item.output_index)]
+
+    def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> list[ResponseStreamEvent]:
+        return []
+
+    def closing(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        return [emit(ResponseWebSearchCallSearchingEvent, type="response.web_search_call.searching",
+                     item_id=item.id, output_index=item.output_index)]
+
+    def resulting(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        return [emit(ResponseWebSearchCallCompletedEvent, type="response.web_search_call.completed",
+                     item_id=item.id, output_index=item.output_index)]
+
+
+class CodeInterpreterWriter(ItemWriter):
+    """A python call the server runs (gpt-oss's `python`): its code, said once whole
+    (`response.code_interpreter_call_code.delta` and `.done`), then interpreting, then its output as logs."""
+
+    awaits_result = True
+    takes_input = True
+
+    def model(self, item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
+        result = item.result if isinstance(item.result, ToolResult) else None
+        outputs = None
+        if result is not None:
+            logs = result.output if result.error is None else str(result.error.get("message") or result.error)
+            outputs = [{"type": "logs", "logs": logs or ""}]
+            status = "failed" if result.error is not None else status  # type: ignore[assignment]
+        code = python_code("".join(item.arguments)) if status != "in_progress" or item.arguments else None
+        return ResponseCodeInterpreterToolCall(type="code_interpreter_call", id=item.id, code=code,
+                                               container_id=CONTAINER_ID, outputs=outputs, status=status)
+
+    def opening(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        return [emit(ResponseCodeInterpreterCallInProgressEvent, type="response.code_interpreter_call.in_progress",
+                     item_id=item.id, output_index=item.output_index)]
+
+    def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> list[ResponseStreamEvent]:
+        return []  # the arguments may be JSON around the code: the code is said whole
+
+    def closing(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        code = python_code("".join(item.arguments))
+        where = {"item_id": item.id, "output_index": item.output_index}
+        return [emit(ResponseCodeInterpreterCallCodeDeltaEvent, type="response.code_interpreter_call_code.delta",
+                     delta=code, **where),
+                emit(ResponseCodeInterpreterCallCodeDoneEvent, type="response.code_interpreter_call_code.done",
+                     code=code, **where),
+                emit(ResponseCodeInterpreterCallInterpretingEvent, type="response.code_interpreter_call.interpreting",
+                     **where)]
+
+    def resulting(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        return [emit(ResponseCodeInterpreterCallCompletedEvent, type="response.code_interpreter_call.completed",
+                     item_id=item.id, output_index=item.output_index)]
+
+
 def item_writers(seal_reasoning: Callable[[str], str] | None = None) -> dict[ItemKind, ItemWriter]:
     """The writer of each kind the builder streams (a reasoning item sealed with `seal_reasoning`, when given)."""
     return {"message": MessageWriter(), "reasoning": ReasoningWriter(seal_reasoning),
@@ -250,4 +330,5 @@ def item_writers(seal_reasoning: Callable[[str], str] | None = None) -> dict[Ite
                                            ResponseCustomToolCallInputDoneEvent),
             "mcp_call": McpCallWriter(), "mcp_approval_request": McpApprovalWriter(),
             "mcp_list_tools": McpListToolsWriter(), "shell_call": ShellCallWriter(),
-            "apply_patch_call": ApplyPatchCallWriter()}
+            "apply_patch_call": ApplyPatchCallWriter(), "web_search_call": WebSearchWriter(),
+            "code_interpreter_call": CodeInterpreterWriter()}

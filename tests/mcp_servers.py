@@ -91,3 +91,39 @@ def serve_mcp(transport: str = "streamable-http") -> Iterator[RunningMcp]:
     path = "/sse" if transport == "sse" else "/mcp"
     with serve_asgi(recorder) as port:
         yield RunningMcp(f"http://127.0.0.1:{port}{path}", recorder)
+
+
+PAGES = {"https://docs.example/harmony": "Harmony has channels: analysis, commentary and final.\nRecipients name tools."}
+
+
+def browser_server() -> Any:
+    """An MCP server with gpt-oss's browser tools (search, open, find) over the local corpus."""
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("test-browser")
+
+    @server.tool(description="Search the corpus.")
+    def search(query: str, topn: int = 10) -> str:
+        words = query.lower().split()
+        hits = [f"【{index}†{key}】 {text}" for index, (key, text) in enumerate(CORPUS.items())
+                if any(word in key or word in text.lower() for word in words)]
+        return "\n".join(hits[:topn]) or "no results"
+
+    @server.tool(description="Open a page by URL.")
+    def open(id: Any = -1, cursor: int = -1, loc: int = -1) -> str:  # noqa: A002 - the browser tool's own names
+        return PAGES.get(str(id), f"no page {id!r}")
+
+    @server.tool(description="Find a pattern in the last page.")
+    def find(pattern: str, cursor: int = -1) -> str:
+        lines = [line for text in PAGES.values() for line in text.splitlines() if pattern in line]
+        return "\n".join(lines) or "no match"
+
+    return server
+
+
+@contextmanager
+def serve_browser() -> Iterator[RunningMcp]:
+    """The browser server on a free port, until the block ends."""
+    recorder = RecordingApp(browser_server().streamable_http_app(stateless_http=True))
+    with serve_asgi(recorder) as port:
+        yield RunningMcp(f"http://127.0.0.1:{port}/mcp", recorder)

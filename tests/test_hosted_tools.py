@@ -19,7 +19,7 @@ from server.tools.function_view import NOT_APPROVED
 from server.tools.mcp_servers import McpSettings
 from streaming.ids import counting_ids
 from tests.conftest import free_port, serve_in_thread
-from tests.mcp_servers import CANCELLED_WAITS, RunningMcp, serve_mcp
+from tests.mcp_servers import CANCELLED_WAITS, RunningMcp, serve_browser, serve_mcp
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.test_server import MODEL, Harness
 from tests.test_store import open_url
@@ -38,15 +38,21 @@ def mcp() -> Iterator[RunningMcp]:
 
 
 @pytest.fixture(scope="module")
+def browser() -> Iterator[RunningMcp]:
+    with serve_browser() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
 def database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("hosted") / "responses.db"
 
 
 @pytest.fixture(scope="module")
-def served(tokenizer: Any, mcp: RunningMcp, database: Path) -> Iterator[Harness]:
+def served(tokenizer: Any, mcp: RunningMcp, browser: RunningMcp, database: Path) -> Iterator[Harness]:
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     settings = McpSettings(servers={"calc": mcp.url}, allowed_domains=("127.0.0.1",), connect_seconds=5,
-                           call_seconds=10)
+                           call_seconds=10, tool_servers={"browser": browser.url, "python": mcp.url})
     config = ServerConfig(served_model_name=MODEL, tool_call_parser="hermes", mcp=settings)
     context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids(),
                              store=open_url(f"sqlite:///{database}"))
@@ -256,9 +262,10 @@ def test_tool_choice_mcp_forces_a_call_of_that_server(served: Harness, tokenizer
 
 
 @pytest.fixture(scope="module")
-def gpt_oss(mcp: RunningMcp) -> Iterator[Harness]:
+def gpt_oss(mcp: RunningMcp, browser: RunningMcp) -> Iterator[Harness]:
     engine = ScriptedEngine(tokenizer=None, scripts=[[]], max_model_len=131072)
-    config = ServerConfig(served_model_name=MODEL, harmony=True, mcp=McpSettings(servers={"calc": mcp.url}))
+    config = ServerConfig(served_model_name=MODEL, harmony=True, mcp=McpSettings(
+        servers={"calc": mcp.url}, tool_servers={"browser": browser.url}))
     context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids())
     with serve_in_thread(create_app(context)) as base_url:
         yield Harness(engine, base_url)
@@ -320,3 +327,56 @@ def test_apply_patch_calls_round_trip(served: Harness, tokenizer: Any) -> None:
          "output": "hunk 1 did not apply"}])
     assert answer.status_code == 200, answer.text
     assert "hunk 1 did not apply" in prompt_text(served, tokenizer)
+
+
+def test_web_search_runs_on_the_browser_tool_server(served: Harness, tokenizer: Any) -> None:
+    served.play(script(tokenizer, call_text("browser__search", {"query": "vllm"})), script(tokenizer, "Found it."))
+    events = served.raw_stream(input="What is vLLM?", tools=[{"type": "web_search"}])
+    final = validate_events(events)
+    assert [item.type for item in final.output] == ["web_search_call", "message"]
+    search = final.output[0]
+    assert search.action.type == "search" and search.action.query == "vllm" and search.status == "completed"  # type: ignore[union-attr]
+    assert "paged attention" in prompt_text(served, tokenizer), "the answer's pass reads the results"
+    kinds = [event["type"] for event in events]
+    assert kinds.index("response.web_search_call.searching") < kinds.index("response.web_search_call.completed")
+    served.play(script(tokenizer, "It is an engine."))
+    chained = served.post(previous_response_id=final.id, input="And again?", tools=[{"type": "web_search"}])
+    assert chained.status_code == 200, chained.text
+
+
+def test_code_interpreter_runs_python_on_its_tool_server(served: Harness, tokenizer: Any) -> None:
+    served.play(script(tokenizer, call_text("python", {"code": "print(6 * 7)"})), script(tokenizer, "42."))
+    events = served.raw_stream(input="6 times 7?", tools=[{"type": "code_interpreter", "container": {"type": "auto"}}])
+    final = validate_events(events)
+    call = final.output[0]
+    assert call.type == "code_interpreter_call" and call.code == "print(6 * 7)"  # type: ignore[union-attr]
+    assert call.outputs and call.outputs[0].logs.strip() == "42"  # type: ignore[union-attr]
+    assert "response.code_interpreter_call_code.done" in {event["type"] for event in events}
+    stateless = served.post(input=[{"role": "user", "content": "6 times 7?"},
+                                   *[item.model_dump(mode="json") for item in final.output]],
+                            tools=[{"type": "code_interpreter", "container": {"type": "auto"}}], store=False)
+    assert stateless.status_code == 200, stateless.text
+
+
+def test_a_built_in_tool_with_no_server_behind_it_is_a_400_naming_it(gpt_oss: Harness) -> None:
+    response = gpt_oss.post(input="x", tools=[{"type": "web_search"}, {"type": "code_interpreter",
+                                                                       "container": {"type": "auto"}}])
+    assert response.status_code == 400 and response.json()["error"]["param"] == "tools[1]"
+    assert "--tool-server python=URL" in response.json()["error"]["message"]
+
+
+def test_gpt_oss_searches_with_its_browser_then_answers(gpt_oss: Harness) -> None:
+    from server.paths.harmony import harmony_encoding
+    from tests.test_harmony import CALL, completion
+
+    search = completion(("analysis", "browser.search", '{"query": "harmony"}'), end=CALL)
+    open_page = completion(("analysis", "browser.open", '{"id": "https://docs.example/harmony"}'), end=CALL)
+    answer = completion(("final", None, "Harmony has three channels."))
+    gpt_oss.play(*(steps_from_tokens(tokens, cuts=list(range(1, len(tokens), 3))) for tokens in (search, open_page,
+                                                                                                  answer)))
+    final = validate_events(gpt_oss.raw_stream(input="What is harmony?", tools=[{"type": "web_search"}]))
+    assert [(item.type, getattr(item, "action", None) and item.action.type) for item in final.output] == [
+        ("web_search_call", "search"), ("web_search_call", "open_page"), ("message", None)]
+    prompt = harmony_encoding().decode(gpt_oss.engine.requests[-1].prompt_token_ids)
+    assert "namespace browser" in prompt.split("<|start|>developer")[0], "the browser is in the system message"
+    assert "to=browser.open" in prompt and "analysis, commentary and final" in prompt

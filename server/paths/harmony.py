@@ -6,7 +6,7 @@ import datetime
 from functools import lru_cache
 from typing import Any
 
-from parsers.harmony import FUNCTIONS_PREFIX, HOSTED_KINDS, HarmonyParser, HarmonyTokens, recipient
+from parsers.harmony import BUILTIN_KINDS, FUNCTIONS_PREFIX, HOSTED_KINDS, HarmonyParser, HarmonyTokens, recipient
 from parsers.tools import ToolTable
 from server.config import ServerConfig
 from server.constraints.harmony import harmony_structural_tag
@@ -87,10 +87,16 @@ def harmony_conversation(request: ResponsesRequest, today: datetime.date, table:
     effort = (request.reasoning or {}).get("effort") or "medium"
     system = SystemContent.new().with_conversation_start_date(today.isoformat()).with_reasoning_effort(
         getattr(ReasoningEffort, _EFFORTS.get(effort, "MEDIUM")))
+    kinds = {spec.kind for spec in table.tools} if table is not None else set()
+    if "web_search" in kinds:  # gpt-oss's own tools, described in its system message as it was trained
+        system = system.with_browser_tool()
+    if "code_interpreter" in kinds:
+        system = system.with_python_tool()
     messages = [Message.from_role_and_content(Role.SYSTEM, system)]
     specs = {spec.model_name: spec for spec in table.tools} if table is not None else {}
     tools = [_tool_description(tool["function"], specs[tool["function"]["name"]].kind == "custom")
-             for tool in function_tools(request, table) if specs[tool["function"]["name"]].kind not in HOSTED_KINDS]
+             for tool in function_tools(request, table)
+             if specs[tool["function"]["name"]].kind not in (*HOSTED_KINDS, *BUILTIN_KINDS)]
     namespaces = _hosted_namespaces(request, table)
     if request.instructions or tools or namespaces:
         developer = DeveloperContent.new()

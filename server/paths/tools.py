@@ -9,7 +9,8 @@ from parsers.tools import CUSTOM_TOOL_PARAMETERS, CallKind, ToolSpec, ToolTable,
 from server.requests import ResponsesRequest
 
 # A namespace's member types -> what their calls are (an MCP server's tools, as server/tools/hosted.py shows them).
-_MEMBER_KINDS: dict[str, CallKind] = {"function": "function", "mcp": "mcp", "mcp_approval": "mcp_approval"}
+_MEMBER_KINDS: dict[str, CallKind] = {"function": "function", "mcp": "mcp", "mcp_approval": "mcp_approval",
+                                      "web_search": "web_search"}
 
 
 def tool_table(request: ResponsesRequest) -> ToolTable | None:
@@ -23,7 +24,7 @@ def tool_table(request: ResponsesRequest) -> ToolTable | None:
             specs.append(ToolSpec(tool["name"], parameter_types=_parameter_types(tool)))
         elif kind == "custom" and tool.get("name"):
             specs.append(ToolSpec(tool["name"], kind="custom"))
-        elif kind in ("shell", "apply_patch") and tool.get("name"):  # named and described by server/tools
+        elif kind in ("shell", "apply_patch", "code_interpreter") and tool.get("name"):  # named by server/tools
             specs.append(ToolSpec(tool["name"], kind=kind, parameter_types=_parameter_types(tool)))
         elif kind == "namespace" and tool.get("name"):  # Codex's groups, and the tools of an MCP server
             specs += [ToolSpec(t["name"], kind=_MEMBER_KINDS[t["type"]], namespace=tool["name"],

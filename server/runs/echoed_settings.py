@@ -55,8 +55,8 @@ def response_settings(request: ResponsesRequest, model: str, sampling: SamplingS
 
 
 def applied_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    """A tool as echoed: an MCP tool without its secrets; a function tool with every field the API echoes: `strict` as applied (arguments are constrained only when it
-    is true), a missing description or schema as null."""
+    """A tool as echoed: an MCP tool without its secrets; a function tool with every field the API echoes:
+    `strict` as applied (arguments are constrained only when it is true), a missing description or schema as null."""
     if tool.get("type") == "mcp":  # its secrets are sent to its server, never echoed (nor stored with the response)
         return {key: value for key, value in tool.items() if key not in SECRET_TOOL_FIELDS}
     if tool.get("type") != "function":

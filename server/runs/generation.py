@@ -25,7 +25,8 @@ GENERATION_FAILED = "The model's output could not be generated; the server logge
 T = TypeVar("T")
 
 
-HOSTED_CALLS = ("mcp", "mcp_approval")  # calls the server answers (or asks approval for) before the model goes on
+# Calls the server answers (or asks approval for) before the model goes on.
+HOSTED_CALLS = ("mcp", "mcp_approval", "web_search", "code_interpreter")
 
 
 @dataclass
@@ -70,7 +71,7 @@ class HostedPasses(Protocol):
 
     def approved(self) -> list[ApprovedCall]: ...
 
-    async def call(self, server_label: str, name: str, arguments: str) -> ToolResult: ...
+    async def call(self, item_id: str, server_label: str, name: str, arguments: str) -> ToolResult: ...
 
     async def next_pass(self, output: list[ResponseOutputItem], output_tokens: int) -> "ResponseRun | None":
         """The pass after `output` (which took `output_tokens`); None: the output budget is spent."""
@@ -300,7 +301,8 @@ class ResponseRun:
         """The awaited hosted call, run by the server; a cancel stops it in flight, a steer waits for it."""
         call = self.builder.awaited
         assert call is not None and self.hosted is not None
-        result = await self._engine_work(self.hosted.call(call.namespace or "", call.name, "".join(call.arguments)))
+        result = await self._engine_work(self.hosted.call(call.id, call.namespace or "", call.name,
+                                                          "".join(call.arguments)))
         if result is None:  # stopped (shutdown) while it ran
             self._outcome = self._stopping or Finished("error", error_message=GENERATION_FAILED)
             return

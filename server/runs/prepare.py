@@ -53,7 +53,7 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
         raise DependencyFailed(unavailable.error or "", param="tools")  # a stream says it with its events
     fetched = await images_fetched(context, conversation, body)
     run = await prepare_run(context, conversation, body, fetched, hosted)
-    if hosted.servers:
+    if hosted.runs_tools:
         run.hosted = HostedLoop(context, hosted, conversation, body, fetched)
     engine, _ = context.started()
     if run.request.images:
@@ -243,8 +243,8 @@ class HostedLoop:
     def approved(self) -> list[ApprovedCall]:
         return [ApprovedCall(call.server_label, call.name, call.arguments, call.id) for call in self.tools.approved]
 
-    async def call(self, server_label: str, name: str, arguments: str) -> ToolResult:
-        return await self.tools.call(server_label, name, arguments)
+    async def call(self, item_id: str, server_label: str, name: str, arguments: str) -> ToolResult:
+        return await self.tools.call(item_id, server_label, name, arguments)
 
     async def next_pass(self, output: list[ResponseOutputItem], output_tokens: int) -> ResponseRun | None:
         """The next pass: tools are free again, within what is left of `max_tool_calls`, of the passes and of the

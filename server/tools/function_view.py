@@ -4,11 +4,13 @@ call, each result its output."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from server.requests import (
     ApplyPatchCallItem,
     ApplyPatchCallOutputItem,
+    CodeInterpreterCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     McpApprovalRequestItem,
@@ -17,25 +19,38 @@ from server.requests import (
     McpListToolsItem,
     ShellCallItem,
     ShellCallOutputItem,
+    WebSearchCallItem,
 )
+from server.tools.builtins import BROWSER, PYTHON
 from server.tools.client_tools import shell_output_text
+from streaming.items import ToolResult
 
 NOT_APPROVED = "The user did not approve this call: it was not run."
 _MCP_ITEMS = (McpCallItem, McpListToolsItem, McpApprovalRequestItem, McpApprovalResponseItem)
-_SHOWN_AS_FUNCTIONS = (*_MCP_ITEMS, ShellCallItem, ShellCallOutputItem, ApplyPatchCallItem, ApplyPatchCallOutputItem)
+_SHOWN_AS_FUNCTIONS = (*_MCP_ITEMS, ShellCallItem, ShellCallOutputItem, ApplyPatchCallItem, ApplyPatchCallOutputItem,
+                       WebSearchCallItem, CodeInterpreterCallItem)
+RESULTS_NOT_KEPT = "(The results of this search were shown in an earlier response; they are not kept.)"
 
 
-def function_items(items: list[Any]) -> list[Any]:
+def function_items(items: list[Any], results: Mapping[str, str] = MappingProxyType({})) -> list[Any]:
     """Items the model paths render as function calls and outputs: an MCP call (its output or error), a call the
-    client refused (an output saying so), shell and apply_patch calls and outputs. Listings, and approvals pending
-    or answered, show nothing."""
+    client refused (an output saying so), shell and apply_patch calls and outputs, built-in tools' calls with what
+    the model read of them (`results`, by item id: a web search's results are kept nowhere else). Listings, and
+    approvals pending or answered, show nothing."""
     refused = {item.approval_request_id for item in items
                if isinstance(item, McpApprovalResponseItem) and not item.approve}
     if not any(isinstance(item, _SHOWN_AS_FUNCTIONS) for item in items):
         return items
     out: list[Any] = []
     for item in items:
-        if isinstance(item, ShellCallItem):
+        if isinstance(item, WebSearchCallItem):
+            name, arguments = _browser_call(item.action)
+            out += _call_and_output(item.id, BROWSER, name, arguments, results.get(item.id, RESULTS_NOT_KEPT))
+        elif isinstance(item, CodeInterpreterCallItem):
+            logs = "\n".join(str(output.get("logs") or "") for output in item.outputs or [] if isinstance(output, dict))
+            out += _call_and_output(item.id, "", PYTHON, json.dumps({"code": item.code or ""}),
+                                    results.get(item.id, logs))
+        elif isinstance(item, ShellCallItem):
             out.append(_call(item.call_id, "shell", json.dumps(item.action)))
         elif isinstance(item, ShellCallOutputItem):
             out.append(_output(item.call_id, shell_output_text(item.output)))
@@ -56,7 +71,22 @@ def function_items(items: list[Any]) -> list[Any]:
 
 
 def _call_and_output(call_id: str, label: str, name: str, arguments: str, output: str) -> list[Any]:
-    return [_call(call_id, name, arguments, label), _output(call_id, output)]
+    return [_call(call_id, name, arguments, label or None), _output(call_id, output)]
+
+
+def _browser_call(action: dict[str, Any]) -> tuple[str, str]:
+    """A web search's action as the browser call that made it."""
+    kind = action.get("type")
+    if kind == "open_page":
+        return "open", json.dumps({"id": action.get("url") or -1})
+    if kind == "find_in_page":
+        return "find", json.dumps({"pattern": action.get("pattern") or ""})
+    return "search", json.dumps({"query": action.get("query") or ""})
+
+
+def result_text(result: ToolResult) -> str:
+    """What the model reads of a hosted call's result: its output, or its error."""
+    return result.output or "" if result.error is None else f"Error: {_error_text(result.error)}"
 
 
 def _call(call_id: str, name: str, arguments: str, namespace: str | None = None) -> FunctionCallItem:

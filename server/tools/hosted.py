@@ -4,6 +4,7 @@ approved for this turn, and the conversation as the model paths see it (MCP tool
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,10 +19,12 @@ from server.requests import (
     McpListToolsItem,
     ResponsesRequest,
 )
+from server.tools.builtins import PYTHON, builtin_server, check_builtins, shown_builtin
 from server.tools.client_tools import CLIENT_TOOLS, shown
-from server.tools.function_view import function_items
+from server.tools.function_view import function_items, result_text
 from server.tools.mcp_client import McpUnavailable, call_tool, list_tools
 from server.tools.mcp_servers import McpServer, McpSettings, mcp_servers
+from streaming.client_calls import python_code
 from streaming.items import ListedTools, ToolResult
 
 
@@ -35,16 +38,36 @@ class HostedTools:
     offered: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)  # label -> tools the model sees
     listings: list[ListedTools] = field(default_factory=list)  # made for this response: its first output items
     approved: list[McpApprovalRequestItem] = field(default_factory=list)  # approved in this turn, not yet run
+    builtins: bool = False  # the request offers gpt-oss's built-in tools (web_search, code_interpreter)
+    results: dict[str, str] = field(default_factory=dict)  # call item id -> what the model read of its result
+
+    @property
+    def runs_tools(self) -> bool:
+        """The server may run tools for this request: its responses go on after their calls."""
+        return bool(self.servers) or self.builtins
 
     @property
     def unavailable(self) -> ListedTools | None:
         """The first server that could not be listed (the response fails, saying so)."""
         return next((listed for listed in self.listings if listed.error is not None), None)
 
-    async def call(self, label: str, name: str, arguments: str) -> ToolResult:
-        """The server's result for one call (an error result when it fails: the model reads it and goes on)."""
-        server = self.servers[label]
-        measured = label if label in self.settings.servers else urlsplit(server.url).hostname or "?"  # bounded
+    async def call(self, item_id: str, label: str, name: str, arguments: str) -> ToolResult:
+        """The server's result for one call (an error result when it fails: the model reads it and goes on): of
+        an MCP server's tool, of the browser's (`browser`, `search`), or python (no label, `python`). What the
+        model reads of it is kept by the call's item id, for the passes after it."""
+        if label in self.servers:
+            result = await self._measured(self.servers[label], label, name, arguments)
+        else:  # a built-in tool, on the operator's tool server
+            server = McpServer(label or name, self.settings.tool_servers[label or name])
+            if not label:
+                name, arguments = PYTHON, json.dumps({"code": python_code(arguments)})
+            result = await self._measured(server, label or name, name, arguments)
+        self.results[item_id] = result_text(result)
+        return result
+
+    async def _measured(self, server: McpServer, label: str, name: str, arguments: str) -> ToolResult:
+        known = label in self.settings.servers or label in self.settings.tool_servers
+        measured = label if known else urlsplit(server.url).hostname or "?"  # a bounded set
         started = time.monotonic()
         result = await call_tool(server, name, arguments, self.settings)
         MCP_CALL_SECONDS.labels(measured).observe(time.monotonic() - started)
@@ -56,8 +79,9 @@ class HostedTools:
         each MCP call a function call and its output (server/tools/function_view.py); `shell` and `apply_patch`
         tools as functions of their own schema."""
         tools = [self._namespace(tool) if tool.get("type") == "mcp" else shown(tool) if tool.get("type") in CLIENT_TOOLS
-                 else tool for tool in conversation.tools]
-        return conversation.model_copy(update={"tools": tools, "input": function_items(conversation.input_items())})
+                 else shown_builtin(tool) if builtin_server(tool) else tool for tool in conversation.tools]
+        items = function_items(conversation.input_items(), self.results)
+        return conversation.model_copy(update={"tools": tools, "input": items})
 
     def _namespace(self, tool: dict[str, Any]) -> dict[str, Any]:
         server = self.servers[tool["server_label"]]
@@ -71,7 +95,9 @@ class HostedTools:
 
 async def hosted_tools(conversation: ResponsesRequest, body: ResponsesRequest, settings: McpSettings) -> HostedTools:
     """The request's hosted tools: servers checked (400s), listed where the history holds no listing of them."""
+    check_builtins(body.tools, dict(settings.tool_servers))
     hosted = HostedTools(settings, {server.label: server for server in mcp_servers(body.tools, settings)})
+    hosted.builtins = any(builtin_server(tool) for tool in body.tools)
     items = conversation.input_items()
     earlier = {item.server_label: item for item in items if isinstance(item, McpListToolsItem) and item.error is None}
     to_list = [server for server in hosted.servers.values() if server.label not in earlier]

@@ -23,6 +23,7 @@ class McpSettings:
     connect_seconds: float = DEFAULT_CONNECT_SECONDS  # to connect and list a server's tools
     call_seconds: float = DEFAULT_CALL_SECONDS  # for one call
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES  # of a call's output (more is cut, and said so)
+    tool_servers: Mapping[str, str] = field(default_factory=dict)  # gpt-oss's built-ins: browser, python -> URL
 
 
 @dataclass(frozen=True)
