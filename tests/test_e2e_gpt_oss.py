@@ -20,7 +20,7 @@ import pytest
 from parsers.harmony import HarmonyTokens
 from server.engine.recording import read_recordings
 from server.paths.harmony import harmony_encoding
-from tests.mcp_servers import serve_mcp
+from tests.mcp_servers import serve_browser, serve_mcp
 from tests.test_e2e import RunningServer
 
 pytestmark = pytest.mark.e2e
@@ -36,10 +36,11 @@ def _serve(checkpoint: Path, log: Path, *flags: str) -> RunningServer:
 @pytest.fixture(scope="module")
 def gpt_oss(tiny_gpt_oss: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("logs") / "gpt-oss.log"
-    running = _serve(tiny_gpt_oss, log, "--record-engine-output", str(log.parent / "engine.jsonl"),
-                     "--allowed-mcp-domains", "127.0.0.1")
-    yield running
-    running.stop()
+    with serve_browser() as browser:
+        running = _serve(tiny_gpt_oss, log, "--record-engine-output", str(log.parent / "engine.jsonl"),
+                         "--allowed-mcp-domains", "127.0.0.1", "--tool-server", f"browser={browser.url}")
+        yield running
+        running.stop()
 
 
 def run_check(base_url: str, *flags: str) -> dict[str, Any]:
@@ -85,6 +86,19 @@ def test_a_forced_mcp_call_on_the_tiny_gpt_oss(gpt_oss: RunningServer) -> None:
     encoding = harmony_encoding()
     assert "namespace calc" in encoding.decode(passes[0].prompt_token_ids), "the server's tools are a namespace"
     assert "to=calc.add" in encoding.decode([token for step in passes[0].steps for token in step])
+
+
+def test_a_forced_web_search_on_the_tiny_gpt_oss(gpt_oss: RunningServer) -> None:
+    """gpt-oss's own browser: in the system message as it was trained, its call held by the grammar, run on the
+    operator's browser tool server."""
+    response = gpt_oss.client.responses.create(model=MODEL, input="Search for harmony.", max_output_tokens=256,
+                                               tools=[{"type": "web_search"}], tool_choice={"type": "web_search"})
+    searches = [item for item in response.output if item.type == "web_search_call"]
+    assert searches and searches[0].status == "completed", response.output
+    recording = [r for r in read_recordings(gpt_oss.log.parent / "engine.jsonl")][-2]
+    encoding = harmony_encoding()
+    assert "namespace browser" in encoding.decode(recording.prompt_token_ids).split("<|start|>developer")[0]
+    assert "to=browser." in encoding.decode([token for step in recording.steps for token in step])
 
 
 def test_several_api_processes_serve_gpt_oss(tiny_gpt_oss: Path, tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from server.engine.recording import read_recordings
 from tests.test_e2e import MODEL, RunningServer
 from conformance.contract import validate_events
-from tests.mcp_servers import RunningMcp, serve_mcp
+from tests.mcp_servers import RunningMcp, serve_browser, serve_mcp
 from tests.sse import events_of, parse_frames
 
 pytestmark = pytest.mark.e2e
@@ -49,10 +49,11 @@ SCHEMAS = {"get_weather": WEATHER_PARAMETERS, "get_time": TIME_PARAMETERS}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def server(tmp_path_factory: pytest.TempPathFactory, mcp: RunningMcp, browser: RunningMcp) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("logs") / "requests.log"
     running = RunningServer(["--max-model-len", str(CONTEXT), "--record-engine-output", str(log.parent / "engine.jsonl"),
-                             "--allowed-mcp-domains", "127.0.0.1"], log)
+                             "--allowed-mcp-domains", "127.0.0.1", "--tool-server", f"browser={browser.url}",
+                             "--tool-server", f"python={mcp.url}"], log)
     yield running
     running.stop()
 
@@ -327,6 +328,12 @@ def mcp() -> Iterator[RunningMcp]:
         yield running
 
 
+@pytest.fixture(scope="module")
+def browser() -> Iterator[RunningMcp]:
+    with serve_browser() as running:
+        yield running
+
+
 def _calculator(mcp: RunningMcp) -> dict[str, Any]:
     return {"type": "mcp", "server_label": "calc", "server_url": mcp.url, "require_approval": "never",
             "allowed_tools": ["add"]}
@@ -401,3 +408,18 @@ def test_shell_and_apply_patch_calls_round_trip_on_the_real_model(server: Runnin
         input=[{"type": "apply_patch_call_output", "call_id": patch.output[-1].call_id,  # type: ignore[union-attr]
                 "status": "completed"}])
     assert done.status in ("completed", "incomplete")
+
+
+def test_forced_web_search_and_python_on_the_real_model(server: RunningServer, browser: RunningMcp) -> None:
+    searched = server.client.responses.create(model=MODEL, input="Search for vLLM.", tools=[{"type": "web_search"}],
+                                              tool_choice={"type": "web_search"}, max_output_tokens=64, temperature=0)
+    call = searched.output[0]
+    assert call.type == "web_search_call" and call.status == "completed", searched.output  # type: ignore[union-attr]
+    assert any(headers.get("mcp-method") == "tools/call" for headers in browser.recorder.headers)
+    ran = server.client.responses.create(model=MODEL, input="Print 6 times 7 in Python.",
+                                         tools=[{"type": "code_interpreter", "container": {"type": "auto"}}],
+                                         tool_choice={"type": "code_interpreter"}, max_output_tokens=160,
+                                         temperature=0)  # the call's JSON is bounded by what the header leaves
+    python = ran.output[0]
+    assert python.type == "code_interpreter_call" and python.code is not None, ran.output  # type: ignore[union-attr]
+    assert python.status == "completed" and python.outputs, "the python tool server ran the code"  # type: ignore[union-attr]

@@ -13,11 +13,12 @@ from server.errors import RequestError
 from server.requests import ResponsesRequest
 
 # Tool choices naming a tool the server does not run (OpenAI's hosted tools).
-_HOSTED_TOOL_CHOICES = frozenset({
-    "web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26", "file_search",
-    "computer_use_preview", "computer", "code_interpreter", "image_generation",
-    "local_shell", "tool_search",
-})
+_HOSTED_TOOL_CHOICES = frozenset({"file_search", "computer_use_preview", "computer", "image_generation", "local_shell",
+                                  "tool_search"})
+# Tool choices naming a tool by its type -> the kind of the calls it makes.
+_TOOL_KIND_CHOICES = {"shell": "shell", "apply_patch": "apply_patch", "code_interpreter": "code_interpreter",
+                      **{kind: "web_search" for kind in ("web_search", "web_search_preview",
+                                                         "web_search_preview_2025_03_11", "web_search_2025_08_26")}}
 
 
 @dataclass(frozen=True)
@@ -120,11 +121,11 @@ def _call_rules(request: ResponsesRequest, table: ToolTable | None,
         return _allowed_tools(tools, choice, definitions)
     if kind == "mcp":
         return _mcp_choice(tools, choice, definitions)
-    if kind in ("shell", "apply_patch"):
-        chosen = tuple(tool for tool in tools if tool.kind == kind)
+    if kind in _TOOL_KIND_CHOICES:  # a call of that tool (of the browser: any of search, open, find)
+        chosen = tuple(tool for tool in tools if tool.kind == _TOOL_KIND_CHOICES[kind])
         if not chosen:
             raise RequestError(f"tool_choice {kind!r} needs a {kind!r} tool in `tools`.", param="tool_choice")
-        return _rules(chosen, definitions, required=True, restricted=len(tools) > 1)
+        return _rules(chosen, definitions, required=True, restricted=len(chosen) < len(tools))
     if kind in _HOSTED_TOOL_CHOICES:
         raise RequestError(f"tool_choice {kind!r} names a hosted tool this server does not run.", param="tool_choice")
     raise RequestError(f"Unknown tool_choice type {kind!r}.", param="tool_choice.type")
