@@ -380,3 +380,17 @@ def test_gpt_oss_searches_with_its_browser_then_answers(gpt_oss: Harness) -> Non
     prompt = harmony_encoding().decode(gpt_oss.engine.requests[-1].prompt_token_ids)
     assert "namespace browser" in prompt.split("<|start|>developer")[0], "the browser is in the system message"
     assert "to=browser.open" in prompt and "analysis, commentary and final" in prompt
+
+
+def test_a_compacted_response_goes_on_from_its_compaction_after_a_call(served: Harness, tokenizer: Any) -> None:
+    from tests.test_compaction import LONG_HISTORY
+
+    served.play(script(tokenizer, "Sixty facts about parity were listed."),
+                script(tokenizer, call_text("calc__add", {"a": 4, "b": 4})), script(tokenizer, "8, even."))
+    events = served.raw_stream(input=[*LONG_HISTORY, {"role": "user", "content": "Is 4+4 even?"}],
+                               tools=[mcp_tool()], context_management=[{"type": "compaction", "compact_threshold": 1000}])
+    final = validate_events(events)
+    assert [item.type for item in final.output] == ["compaction", "mcp_list_tools", "mcp_call", "message"]
+    answer_prompt = prompt_text(served, tokenizer)
+    assert "Sixty facts about parity were listed." in answer_prompt and "Fact 57" not in answer_prompt
+    assert "Is 4+4 even?" in answer_prompt and "8" in answer_prompt.split("Is 4+4 even?")[1]

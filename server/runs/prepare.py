@@ -53,15 +53,15 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
         raise DependencyFailed(unavailable.error or "", param="tools")  # a stream says it with its events
     fetched = await images_fetched(context, conversation, body)
     run = await prepare_run(context, conversation, body, fetched, hosted)
-    if hosted.runs_tools:
-        run.hosted = HostedLoop(context, hosted, conversation, body, fetched)
+    loop = HostedLoop(context, hosted, conversation, body, fetched) if hosted.runs_tools else None
+    run.hosted = loop
     engine, _ = context.started()
     if run.request.images:
         check_expanded_fits(await engine.prompt_length(run.request), engine.max_model_len)
     run.generate = generate
     threshold = body.compact_threshold(engine.max_model_len)
     if threshold is not None and len(run.request.prompt_token_ids) > threshold:
-        run.before = _compacting(context, conversation, body, fetched)
+        run.before = _compacting(context, conversation, body, fetched, hosted, loop)
     link = ConversationLink(context.store, body.conversation) if body.conversation and context.store else None
     keep_items = store is not None or link is not None or earlier is not None
     input_items = stored_input_items(body, context.ids) if keep_items else []
@@ -131,9 +131,11 @@ async def conversation_of(context: ServingContext, body: ResponsesRequest,
 
 
 def _compacting(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
-                fetched: Mapping[str, bytes]) -> Callable[[], Awaitable[Continuation]]:
+                fetched: Mapping[str, bytes], hosted: HostedTools,
+                loop: HostedLoop | None) -> Callable[[], Awaitable[Continuation]]:
     """The step before an automatically compacted response's answer: the model summarizes the conversation, as for
-    `POST /v1/responses/compact`, and the answer comes from the compaction item alone."""
+    `POST /v1/responses/compact`, and the answer comes from the compaction item alone (as do the passes after
+    hosted calls, through `loop`)."""
 
     async def compact() -> Continuation:
         summarizing = summary_request(conversation)
@@ -146,7 +148,10 @@ def _compacting(context: ServingContext, conversation: ResponsesRequest, body: R
         compacted = open_sealed_items(conversation.model_copy(update={"input": [CompactionItem.model_validate(made)]}),
                                       context.sealer)
         await read_files(compacted, body, context.file_texts)  # the files it keeps were read: their texts are kept
-        return Continuation(item, await prepare_run(context, compacted, body, fetched), _usage(summary.response()))
+        if loop is not None:
+            loop.conversation = compacted
+        return Continuation(item, await prepare_run(context, compacted, body, fetched, hosted),
+                            _usage(summary.response()))
 
     return compact
 

@@ -79,7 +79,8 @@ class HostedTools:
         each MCP call a function call and its output (server/tools/function_view.py); `shell` and `apply_patch`
         tools as functions of their own schema."""
         tools = [self._namespace(tool) if tool.get("type") == "mcp" else shown(tool) if tool.get("type") in CLIENT_TOOLS
-                 else shown_builtin(tool) if builtin_server(tool) else tool for tool in conversation.tools]
+                 else shown_builtin(tool) if builtin_server(tool) else tool for tool in conversation.tools
+                 if tool.get("type") != "mcp" or tool.get("server_label") in self.servers]  # unlisted: not offered
         items = function_items(conversation.input_items(), self.results)
         return conversation.model_copy(update={"tools": tools, "input": items})
 
