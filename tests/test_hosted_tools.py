@@ -394,3 +394,29 @@ def test_a_compacted_response_goes_on_from_its_compaction_after_a_call(served: H
     answer_prompt = prompt_text(served, tokenizer)
     assert "Sixty facts about parity were listed." in answer_prompt and "Fact 57" not in answer_prompt
     assert "Is 4+4 even?" in answer_prompt and "8" in answer_prompt.split("Is 4+4 even?")[1]
+
+
+def test_a_steer_during_a_hosted_call_waits_for_its_result(served: Harness, tokenizer: Any) -> None:
+    from tests.test_websocket import Socket, checked
+
+    served.play(script(tokenizer, call_text("calc__wait", {"seconds": 1.5})), script(tokenizer, "In French: oui."))
+    socket = Socket(served.base_url)
+    socket.send({"type": "response.create", "model": MODEL, "input": "Wait a moment.", "tools": [mcp_tool()],
+                 "store": False})
+    events = [socket.recv()]
+    while events[-1]["type"] != "response.mcp_call_arguments.done":  # the call is running on the MCP server now
+        events.append(socket.recv())
+    target = events[0]["response"]["id"]
+    socket.send({"type": "response.steer", "previous_response_id": target, "input": "Answer in French."})
+    while events[-1]["type"] != "response.completed":
+        events.append(socket.recv())
+    kinds = [event["type"] for event in events]
+    steered_end = kinds.index("response.incomplete")
+    assert kinds.index("response.mcp_call.completed") < steered_end, "the call was not cut"
+    steered = validate_events(checked([e for e in events[:steered_end + 1] if e["type"] != "response.steer.accepted"]))
+    assert steered.incomplete_details is not None and steered.incomplete_details.reason == "steered"
+    assert steered.output[-1].type == "mcp_call" and steered.output[-1].output == "waited 1.5 s"  # type: ignore[union-attr]
+    successor = validate_events(checked(events[kinds.index("response.created", steered_end):]))
+    assert successor.output_text == "In French: oui."
+    prompt = prompt_text(served, tokenizer)
+    assert "waited 1.5 s" in prompt and prompt.index("waited 1.5 s") < prompt.index("Answer in French.")
