@@ -148,7 +148,7 @@ _json = st.recursive(_json_leaf, lambda inner: st.lists(inner, max_size=4) | st.
 _ITEM_KINDS = ["message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
                "reasoning", "compaction", "item_reference", "web_search_call", "mcp_list_tools", "mcp_call",
                "mcp_approval_request", "mcp_approval_response", "shell_call", "shell_call_output", "apply_patch_call",
-               "apply_patch_call_output", None]
+               "apply_patch_call_output", "code_interpreter_call", None]
 _FIELDS = ["model", "input", "instructions", "tools", "tool_choice", "text", "reasoning", "include", "stream",
            "max_output_tokens", "temperature", "top_p", "top_logprobs", "previous_response_id", "conversation",
            "truncation", "metadata", "store", "background", "max_tool_calls", "parallel_tool_calls"]
@@ -201,6 +201,7 @@ def _items(draw: Any) -> list[Any]:
                 "server_label": "calc", "id": "mcpr_1", "approval_request_id": "mcpr_1", "approve": True,
                 "tools": [{"name": "add", "input_schema": {"type": "object"}}], "status": "completed",
                 "action": {"commands": ["ls"]}, "operation": {"type": "delete_file", "path": "a"},
+                "code": "print(1)", "outputs": [{"type": "logs", "logs": "1"}],
                 "output": draw(st.one_of(st.just("ok"), st.lists(_MEDIA_PART, max_size=2)))}
         for key in draw(st.lists(st.sampled_from(list(item)), max_size=3)):
             item[key] = draw(_json)
@@ -213,7 +214,7 @@ def _tools(draw: Any) -> list[Any]:
     """Tools of the kinds the server reads, their schemas and members replaced by values of any type."""
     tools = []
     for kind in draw(st.lists(st.sampled_from(["function", "namespace", "custom", "web_search", "mcp", "shell",
-                                               "apply_patch", 7]),
+                                               "apply_patch", "code_interpreter", "web_search_preview", 7]),
                               max_size=3)):
         tool: dict[str, Any] = {"type": kind, "name": "f"}
         if kind == "mcp":  # the registered server, a refused port, a host not allowed; every field bent

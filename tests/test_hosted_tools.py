@@ -358,7 +358,7 @@ def test_code_interpreter_runs_python_on_its_tool_server(served: Harness, tokeni
     assert stateless.status_code == 200, stateless.text
 
 
-def test_a_built_in_tool_with_no_server_behind_it_is_a_400_naming_it(gpt_oss: Harness) -> None:
+def test_a_code_interpreter_with_no_server_behind_it_is_a_400_naming_it(gpt_oss: Harness) -> None:
     response = gpt_oss.post(input="x", tools=[{"type": "web_search"}, {"type": "code_interpreter",
                                                                        "container": {"type": "auto"}}])
     assert response.status_code == 400 and response.json()["error"]["param"] == "tools[1]"

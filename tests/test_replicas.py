@@ -75,3 +75,31 @@ def test_cancel_on_b_aborts_the_engine_request_on_a(replicas: tuple[Harness, Har
         events = events_of(parse_frames(response.iter_lines()))
     validate_events(events)
     assert events[-1]["response"]["status"] == "cancelled"
+
+
+def test_an_approval_asked_on_a_is_run_on_b(tokenizer: Any, postgres: Any) -> None:
+    """An MCP call that waited for approval on one replica runs on the other, from the shared store's chain, and
+    the listing made on the first is not made again."""
+    from server.config import ServerConfig
+    from server.tools.mcp_servers import McpSettings
+    from tests.mcp_servers import serve_mcp
+    from tests.test_hosted_tools import call_text, script
+
+    url = postgres.new_database()
+    with serve_mcp() as mcp:
+        config = ServerConfig(served_model_name=MODEL, tool_call_parser="hermes",
+                              mcp=McpSettings(servers={"calc": mcp.url}))
+        a_engine, a_server = served(tokenizer, url, config)
+        b_engine, b_server = served(tokenizer, url, config)
+        with a_server as a_url, b_server as b_url:
+            a, b = Harness(a_engine, a_url), Harness(b_engine, b_url)
+            tool = {"type": "mcp", "server_label": "calc", "require_approval": "always"}
+            a.play(script(tokenizer, call_text("calc__add", {"a": 1, "b": 41})))
+            asked = a.post(input="1+41?", tools=[tool]).json()
+            request = asked["output"][-1]
+            assert request["type"] == "mcp_approval_request"
+            b.play(script(tokenizer, "42."))
+            answer = b.post(previous_response_id=asked["id"], tools=[tool], input=[
+                {"type": "mcp_approval_response", "approval_request_id": request["id"], "approve": True}]).json()
+    assert [item["type"] for item in answer["output"]] == ["mcp_call", "message"]
+    assert answer["output"][0]["output"] == "42" and answer["output"][0]["approval_request_id"] == request["id"]

@@ -143,9 +143,9 @@ def test_retention_by_age_and_count(store_url: str) -> None:
 # -- through the server ----------------------------------------------------------------------
 
 
-def served(tokenizer: Any, store_url: str) -> Any:
+def served(tokenizer: Any, store_url: str, config: ServerConfig | None = None) -> Any:
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
-    context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
+    context = ServingContext(config=config or ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
                              store=open_url(store_url))
     return engine, serve_in_thread(create_app(context))
 

@@ -34,10 +34,11 @@ def builtin_server(tool: dict[str, Any]) -> str | None:
 
 
 def check_builtins(tools: list[dict[str, Any]], servers: dict[str, str]) -> None:
-    """A built-in tool with no server behind it is a 400 naming the tool."""
+    """A `code_interpreter` tool with no python server behind it is a 400 naming the tool. A `web_search` tool with no
+    browser server is not offered, as before there were tool servers: Codex sends one in every request by default."""
     for index, tool in enumerate(tools):
         needed = builtin_server(tool)
-        if needed is not None and needed not in servers:
+        if needed == PYTHON and needed not in servers:
             raise RequestError(f"This server runs no {tool['type']} tool: its operator names no {needed} tool "
                                f"server (--tool-server {needed}=URL).", param=f"tools[{index}]")
 

@@ -79,7 +79,8 @@ class HostedTools:
         each MCP call a function call and its output (server/tools/function_view.py); `shell` and `apply_patch`
         tools as functions of their own schema."""
         tools = [self._namespace(tool) if tool.get("type") == "mcp" else shown(tool) if tool.get("type") in CLIENT_TOOLS
-                 else shown_builtin(tool) if builtin_server(tool) else tool for tool in conversation.tools
+                 else shown_builtin(tool) if builtin_server(tool) in self.settings.tool_servers else tool
+                 for tool in conversation.tools
                  if tool.get("type") != "mcp" or tool.get("server_label") in self.servers]  # unlisted: not offered
         items = function_items(conversation.input_items(), self.results)
         return conversation.model_copy(update={"tools": tools, "input": items})
@@ -98,7 +99,7 @@ async def hosted_tools(conversation: ResponsesRequest, body: ResponsesRequest, s
     """The request's hosted tools: servers checked (400s), listed where the history holds no listing of them."""
     check_builtins(body.tools, dict(settings.tool_servers))
     hosted = HostedTools(settings, {server.label: server for server in mcp_servers(body.tools, settings)})
-    hosted.builtins = any(builtin_server(tool) for tool in body.tools)
+    hosted.builtins = any(builtin_server(tool) in settings.tool_servers for tool in body.tools)
     items = conversation.input_items()
     earlier = {item.server_label: item for item in items if isinstance(item, McpListToolsItem) and item.error is None}
     to_list = [server for server in hosted.servers.values() if server.label not in earlier]
