@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import anyio
+import pytest
 
 from tests.conftest import serve_asgi
 
@@ -127,3 +128,17 @@ def serve_browser() -> Iterator[RunningMcp]:
     recorder = RecordingApp(browser_server().streamable_http_app(stateless_http=True))
     with serve_asgi(recorder) as port:
         yield RunningMcp(f"http://127.0.0.1:{port}/mcp", recorder)
+
+
+@pytest.fixture(scope="module")
+def mcp() -> Iterator[RunningMcp]:
+    """The tools server, for a test module (import the fixture)."""
+    with serve_mcp() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[RunningMcp]:
+    """The browser server, for a test module (import the fixture)."""
+    with serve_browser() as running:
+        yield running

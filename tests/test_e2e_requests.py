@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from server.engine.recording import read_recordings
 from tests.test_e2e import MODEL, RunningServer
 from conformance.contract import validate_events
-from tests.mcp_servers import RunningMcp, serve_browser, serve_mcp
+from tests.mcp_servers import RunningMcp, browser, mcp  # noqa: F401  (fixtures)
 from tests.sse import events_of, parse_frames
 
 pytestmark = pytest.mark.e2e
@@ -320,18 +320,6 @@ def test_the_bundled_text_model_answers_an_image_with_a_400_naming_it(server: Ru
                                                          "nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC"}]}]})
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "input[0].content[1]"
-
-
-@pytest.fixture(scope="module")
-def mcp() -> Iterator[RunningMcp]:
-    with serve_mcp() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[RunningMcp]:
-    with serve_browser() as running:
-        yield running
 
 
 def _calculator(mcp: RunningMcp) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from server.tools.function_view import NOT_APPROVED
 from server.tools.mcp_servers import McpSettings
 from streaming.ids import counting_ids
 from tests.conftest import free_port, serve_in_thread
-from tests.mcp_servers import CANCELLED_WAITS, RunningMcp, serve_browser, serve_mcp
+from tests.mcp_servers import CANCELLED_WAITS, RunningMcp, browser, mcp  # noqa: F401  (fixtures)
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.test_server import MODEL, Harness
 from tests.test_store import open_url
@@ -29,18 +29,6 @@ SECRET = "sk-mcp-secret-4f9a1c"  # must reach the MCP server, and nowhere else
 
 def call_text(name: str, arguments: dict[str, Any]) -> str:
     return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
-
-
-@pytest.fixture(scope="module")
-def mcp() -> Iterator[RunningMcp]:
-    with serve_mcp() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[RunningMcp]:
-    with serve_browser() as running:
-        yield running
 
 
 @pytest.fixture(scope="module")
