@@ -53,7 +53,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, mcp: RunningMcp, browser: R
     log = tmp_path_factory.mktemp("logs") / "requests.log"
     running = RunningServer(["--max-model-len", str(CONTEXT), "--record-engine-output", str(log.parent / "engine.jsonl"),
                              "--allowed-mcp-domains", "127.0.0.1", "--tool-server", f"browser={browser.url}",
-                             "--tool-server", f"python={mcp.url}"], log)
+                             "--tool-server", f"python={mcp.url}", "--mcp-server", f"registered={mcp.url}"], log)
     yield running
     running.stop()
 
@@ -411,3 +411,45 @@ def test_forced_web_search_and_python_on_the_real_model(server: RunningServer, b
     python = ran.output[0]
     assert python.type == "code_interpreter_call" and python.code is not None, ran.output  # type: ignore[union-attr]
     assert python.status == "completed" and python.outputs, "the python tool server ran the code"  # type: ignore[union-attr]
+
+
+def test_mcp_approvals_failures_secrets_and_chains_on_the_real_model(server: RunningServer, mcp: RunningMcp) -> None:
+    secret = "sk-e2e-" + "9" * 24
+    tool = {"type": "mcp", "server_label": "registered", "require_approval": "always", "authorization": secret}
+    force = {"type": "mcp", "server_label": "registered", "name": "add"}
+    body: dict[str, Any] = {"model": MODEL, "tools": [tool], "max_output_tokens": 48, "temperature": 0}
+    asked = server.client.responses.create(input="Add 1 and 2.", tool_choice=force, **body)  # a registered label
+    assert [item.type for item in asked.output] == ["mcp_list_tools", "mcp_approval_request"], asked.output
+    request = asked.output[1]
+    calls_before = sum(headers.get("mcp-method") == "tools/call" for headers in mcp.recorder.headers)
+    denied = server.client.responses.create(previous_response_id=asked.id, input=[
+        {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": False}], **body)
+    assert "mcp_call" not in [item.type for item in denied.output]
+    assert sum(headers.get("mcp-method") == "tools/call" for headers in mcp.recorder.headers) == calls_before
+    approved = server.client.responses.create(previous_response_id=asked.id, input=[
+        {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}], **body)
+    kinds = [item.type for item in approved.output]
+    assert kinds[0] == "mcp_call" and "mcp_list_tools" not in kinds, "approved, run, and not listed again"
+    arguments = json.loads(request.arguments)  # type: ignore[union-attr]
+    assert approved.output[0].output == str(arguments["a"] + arguments["b"])  # type: ignore[union-attr]
+    assert approved.output[0].approval_request_id == request.id  # type: ignore[union-attr]
+    assert f"Bearer {secret}" in mcp.authorizations()
+    events = server.raw_stream(input="Explode, please.", tool_choice={"type": "mcp", "server_label": "registered",
+                                                                       "name": "explode"},
+                               **{**body, "tools": [{**tool, "require_approval": "never"}],
+                                  "max_output_tokens": 160})  # room for the call's string beside its header
+    failed = validate_events(events)
+    call = next(item for item in failed.output if item.type == "mcp_call")
+    assert call.error is not None and call.output is None, "a failing tool gives an mcp_call with an error"
+    for response_id in (asked.id, denied.id, approved.id, failed.id):
+        stored = httpx.get(f"{server.base_url}/responses/{response_id}", timeout=30).text
+        items = httpx.get(f"{server.base_url}/responses/{response_id}/input_items", timeout=30).text
+        assert secret not in stored and secret not in items
+    assert secret not in json.dumps(events) and secret not in server.log.read_text()
+    elsewhere = mcp.url.replace("127.0.0.1", "localhost")
+    refused = httpx.post(f"{server.base_url}/responses", timeout=60, json={
+        **body, "input": "x", "tools": [{"type": "mcp", "server_label": "x", "server_url": elsewhere}]})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "tools[0].server_url"
+    unreachable = httpx.post(f"{server.base_url}/responses", timeout=60, json={
+        **body, "input": "x", "tools": [{"type": "mcp", "server_label": "x", "server_url": "http://127.0.0.1:9/mcp"}]})
+    assert unreachable.status_code == 424, unreachable.text
