@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any, AsyncIterator
 
@@ -14,6 +13,7 @@ from starlette.types import Receive
 
 from server.http.bodies import json_object
 from server.http.context import serving_context
+from server.http.disconnect import while_connected
 from server.http.errors import from_validation_error
 from server.http.event_stream import event_stream
 from server.requests import ResponsesRequest
@@ -41,6 +41,9 @@ async def list_models(request: Request) -> dict[str, Any]:
 async def create_response(request: Request) -> Response:
     context = serving_context(request)
     body = await _read_body(request)
+    forwarded = await request.app.state.forwarder.forwarded(request, body)
+    if forwarded is not None:
+        return forwarded
     stored = await prepare_stored_run(context, body)
     if body.background:  # saved at once as in progress, then generated detached from this request
         live = await context.background.start(stored)
@@ -64,7 +67,11 @@ async def count_input_tokens(request: Request) -> dict[str, Any]:
 @router.post("/v1/responses/compact")
 async def compact(request: Request) -> Any:
     """The model summarizes the conversation; the answer is one sealed `compaction` item to continue from."""
-    compaction = await prepare_compaction(serving_context(request), await _read_body(request))
+    body = await _read_body(request)
+    forwarded = await request.app.state.forwarder.forwarded(request, body)
+    if forwarded is not None:
+        return forwarded
+    compaction = await prepare_compaction(serving_context(request), body)
     if not await _run_while_connected(compaction.stored, request.receive):
         return _client_gone()
     return compaction.result()
@@ -94,26 +101,10 @@ async def _sse_frames(stored: StoredRun) -> AsyncIterator[Any]:
 
 
 async def _run_while_connected(stored: StoredRun, receive: Receive) -> bool:
-    """Run to the terminal event (True); a client that goes away (`http.disconnect`, awaited as Starlette's
-    StreamingResponse does) cancels the run and so its engine request (False)."""
+    """Run to the terminal event (True); a client that goes away cancels the run and so its engine request (False)."""
 
     async def run() -> None:
         async for _ in stored.events():
             pass
 
-    async def disconnected() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-
-    task, listener = asyncio.ensure_future(run()), asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait({task, listener}, return_when=asyncio.FIRST_COMPLETED)
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            return False
-        await task
-        return True
-    finally:
-        task.cancel()
-        listener.cancel()
+    return await while_connected(run(), receive)
