@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--lease-seconds", type=float, default=30.0, metavar="SECONDS",
                         help="background responses of a replica that stops renewing its lease for this long are "
                         "failed by the others (default 30)")
+    server.add_argument("--advertise-url", default=os.environ.get("RESPONSES_SERVER_ADVERTISE_URL"), metavar="URL",
+                        help="where the other replicas sharing the store reach this one (http://HOST:PORT): it "
+                        "registers there, and requests whose prefix it holds are forwarded to it (default: "
+                        "$RESPONSES_SERVER_ADVERTISE_URL; none: it takes no forwarded requests)")
+    server.add_argument("--no-forwarding", dest="forwarding", action="store_false",
+                        help="serve every request where it lands, never forwarding one to its home replica")
     server.add_argument("--reasoning-key", default=os.environ.get("RESPONSES_SERVER_REASONING_KEY"),
                         metavar="SECRET[,SECRET...]",
                         help="secrets that seal reasoning as encrypted_content (the first seals, all open); default: "

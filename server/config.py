@@ -32,4 +32,5 @@ class ServerConfig:
     input_work: WorkLimits = field(default_factory=WorkLimits)  # PDF text and image decoding: workers, time, memory
     max_request_pixels: int = MAX_REQUEST_PIXELS  # of a request's distinct images, in all
     webhooks: WebhookSettings | None = None  # where background responses' endings are posted (None: nowhere)
+    forwarding: bool = True  # requests go to the replica that holds their prefix (--no-forwarding: off)
     mcp: McpSettings = field(default_factory=McpSettings)  # MCP servers a request may use, and the bounds of a call

@@ -16,6 +16,7 @@ from server.config import ServerConfig
 from server.history.sealing import sealer_from
 from server.http.auth import api_keys
 from server.paths.chat_template import check_tool_call_parser
+from server.replicas.registry import ReplicaRegistry
 from server.store.factory import open_store
 from server.store.interface import RetentionPolicy
 from server.tools.mcp_servers import McpSettings
@@ -117,6 +118,15 @@ def webhook_settings(args: argparse.Namespace) -> WebhookSettings | None:
                            timeout_seconds=args.webhook_timeout)
 
 
+def advertise_url(url: str | None) -> str | None:
+    """The --advertise-url, checked (ValueError unless an http:// or https:// URL with a host)."""
+    if url is None:
+        return None
+    if not url.startswith(("http://", "https://")) or not url.split("://", 1)[1].strip("/"):
+        raise ValueError("--advertise-url must be an http:// or https:// URL at which the other replicas reach this one")
+    return url.rstrip("/")
+
+
 def build_app(args: argparse.Namespace, engine: Any = None, process: int | None = None) -> tuple[Any, Any]:
     """The app and its serving context from parsed flags (raises ValueError for a flag that cannot work).
 
@@ -155,6 +165,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         input_work=WorkLimits(args.input_workers, args.input_work_seconds, args.input_work_memory_mb << 20),
         max_request_pixels=args.max_request_pixels,
         webhooks=webhook_settings(args),
+        forwarding=args.forwarding,
         mcp=McpSettings(dict(args.mcp_server), _hosts(args.allowed_mcp_domains), args.mcp_connect_timeout,
                         args.mcp_call_timeout, args.mcp_max_output_bytes, dict(args.tool_server)),
     )
@@ -166,4 +177,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
                                 lease_seconds=args.lease_seconds)
     context = ServingContext(config=config, engine_factory=engine or engine_factory(args), store=store,
                              sealer=sealer, background=background)
+    if store is not None:
+        context.replicas = ReplicaRegistry(store, replica, advertise_url(args.advertise_url),
+                                           draining=lambda: context.admission.draining)
     return create_app(context), context

@@ -38,6 +38,11 @@ MCP_CALLS = Counter("responses_server_mcp_calls", "Calls the server made to MCP 
                     "server's label, else the allowed host) and outcome (output, error)", ["server", "outcome"])
 MCP_CALL_SECONDS = Histogram("responses_server_mcp_call_seconds", "How long MCP calls took, by server", ["server"],
                              buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+FORWARDING = Counter("responses_server_forwarding", "Requests by what named their home replica (previous_response, "
+                     "conversation, prompt_cache_key, none) and what became of them: forwarded; served here because "
+                     "the home is here (home_here), is not live (home_gone), took no connection (unreachable), "
+                     "answered 429 (overloaded) or 503 (draining); none: served where it landed (served_here)",
+                     ["key", "outcome"])
 EVENT_LOOP_LAG = Histogram("responses_server_event_loop_lag_seconds", "How late the event loop ran a timer that was "
                            "due (sampled every 0.1 s): what every stream's next event waited", buckets=_LAG_BUCKETS)
 

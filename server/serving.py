@@ -16,6 +16,7 @@ from server.engine.interface import Engine
 from server.requests import ResponsesRequest
 from server.paths.base import ModelPath
 from server.paths.choice import choose_path
+from server.replicas.registry import ReplicaRegistry
 from server.runs.admission import Admission
 from server.runs.background import BackgroundRuns
 from server.runs.pending_saves import PendingSaves
@@ -45,6 +46,7 @@ class ServingContext:
     pending_saves: PendingSaves = field(default_factory=PendingSaves)
     sealer: Sealer = field(default_factory=Sealer.ephemeral)  # seals reasoning for stateless clients
     admission: Admission = field(default_factory=Admission)
+    replicas: ReplicaRegistry | None = None  # this replica among those sharing the store (None: no store)
     started_at: int = field(default_factory=lambda: int(time.time()))
     work_pool: WorkPool = field(init=False)  # CPU-heavy input work, off the event loop
     file_texts: FileTexts = field(init=False)  # files' texts, read once

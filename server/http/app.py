@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from server.http import errors, instrumentation, openapi
 from server.http.auth import OPEN_PATHS, APIKeyMiddleware
+from server.http.forwarding import Forwarder, NoForwarding
 from server.http.limits import BodySizeLimit
 from server.metrics import watch_event_loop_lag
 from server.serving import ServingContext
@@ -32,10 +33,15 @@ def create_app(context: ServingContext) -> FastAPI:
         sender = context.webhook_sender()
         if sender is not None:
             sender.start()
+        if context.replicas is not None:
+            context.replicas.start()
         try:
             yield
         finally:
             lag.cancel()
+            if context.replicas is not None:
+                await context.replicas.stop()
+            await app.state.forwarder.close()
             if sender is not None:
                 await sender.stop()
             await context.background.shutdown()
@@ -49,6 +55,7 @@ def create_app(context: ServingContext) -> FastAPI:
     app = FastAPI(title="responses-server", lifespan=lifespan)
     app.state.context = context
     app.state.sockets = OpenSockets()
+    app.state.forwarder = forwarder(context)
     app.add_middleware(BodySizeLimit, max_bytes=context.config.max_body_bytes)
     open_paths = OPEN_PATHS - {"/metrics"} if context.config.metrics_need_key else OPEN_PATHS
     app.add_middleware(APIKeyMiddleware, keys=context.config.api_keys, open_paths=open_paths)
@@ -60,3 +67,10 @@ def create_app(context: ServingContext) -> FastAPI:
     app.include_router(conversation_router)
     app.include_router(websocket_router)
     return app
+
+
+def forwarder(context: ServingContext) -> Forwarder | NoForwarding:
+    """What sends requests to their home replica: with a store and `forwarding` on (else nothing is forwarded)."""
+    if context.replicas is None or context.store is None or not context.config.forwarding:
+        return NoForwarding()
+    return Forwarder(context.replicas, context.store)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Coroutine
 
+from starlette.responses import Response
 from starlette.types import Receive
+
+CLIENT_CLOSED_REQUEST = 499  # nginx's "client closed request"
 
 
 async def while_connected(work: Coroutine[Any, Any, None], receive: Receive) -> bool:
@@ -28,3 +31,9 @@ async def while_connected(work: Coroutine[Any, Any, None], receive: Receive) -> 
     finally:
         task.cancel()
         listener.cancel()
+
+
+def client_gone() -> Response:
+    """The answer to a client that went away before its response was ready: nobody reads it; 499 keeps it out of the
+    server-error counts."""
+    return Response(status_code=CLIENT_CLOSED_REQUEST)

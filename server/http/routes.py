@@ -13,7 +13,7 @@ from starlette.types import Receive
 
 from server.http.bodies import json_object
 from server.http.context import serving_context
-from server.http.disconnect import while_connected
+from server.http.disconnect import client_gone, while_connected
 from server.http.errors import from_validation_error
 from server.http.event_stream import event_stream
 from server.requests import ResponsesRequest
@@ -22,7 +22,6 @@ from server.runs.stored_run import StoredRun
 from streaming.sse import encode_event, stored_frames
 
 router = APIRouter()
-CLIENT_CLOSED_REQUEST = 499
 
 @router.get("/health")
 async def health() -> dict[str, str]:
@@ -53,7 +52,7 @@ async def create_response(request: Request) -> Response:
     if body.stream:
         return event_stream(_sse_frames(stored), context.config)
     if not await _run_while_connected(stored, request.receive):
-        return _client_gone()
+        return client_gone()
     return _json(stored)
 
 
@@ -73,7 +72,7 @@ async def compact(request: Request) -> Any:
         return forwarded
     compaction = await prepare_compaction(serving_context(request), body)
     if not await _run_while_connected(compaction.stored, request.receive):
-        return _client_gone()
+        return client_gone()
     return compaction.result()
 
 
@@ -83,12 +82,6 @@ async def _read_body(request: Request) -> ResponsesRequest:
         return ResponsesRequest.model_validate(raw)
     except ValidationError as exc:
         raise from_validation_error(exc) from None
-
-
-def _client_gone() -> Response:
-    """The answer to a client that went away before its response was ready: nobody reads it; 499 (nginx's
-    "client closed request") keeps it out of the server-error counts."""
-    return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 
 def _json(stored: StoredRun) -> JSONResponse:

@@ -71,7 +71,7 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
     mode = "websocket" if earlier is not None else mode
     return StoredRun(run, store, input_items, body.previous_response_id, keep_event_log=keep_log,
                      background=body.background, conversation=link, mode=mode, retry_later=context.pending_saves.add,
-                     kept_in=earlier)
+                     kept_in=earlier, replica=context.replicas.replica_id if context.replicas else None)
 
 
 async def input_token_count(context: ServingContext, body: ResponsesRequest) -> int:

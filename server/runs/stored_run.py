@@ -38,8 +38,9 @@ class ConversationLink:
     store: ResponseStore
     conversation_id: str
 
-    async def add(self, items: list[dict[str, Any]]) -> None:
-        await self.store.add_conversation_items(self.conversation_id, items)
+    async def add(self, items: list[dict[str, Any]], replica: str | None) -> None:
+        """Add a response's items; `replica`, which generated it, becomes the conversation's home."""
+        await self.store.add_conversation_items(self.conversation_id, items, replica)
 
 
 @dataclass
@@ -57,6 +58,7 @@ class StoredRun:
     _log: list[str] = field(default_factory=list)  # the events' JSON so far, when kept
     _saved: int = 0  # how many of the log's first events the store holds (a background log is written as it grows)
     owner: str | None = None  # the replica generating it, for a background response
+    replica: str | None = None  # the replica generating it: where its prefix is cached (any response)
     retry_later: Callable[["StoredRun"], None] | None = None  # takes an ending the store refused, to store it later
     kept_in: MutableMapping[str, StoredResponse] | None = None  # its WebSocket connection's responses, when ended
     _end_saved: bool = False
@@ -151,7 +153,7 @@ class StoredRun:
             if (self.conversation is not None and not self._conversation_added
                     and response.status in ("completed", "incomplete")):
                 output = [item.model_dump(mode="json", by_alias=True, exclude_unset=True) for item in response.output]
-                await self.conversation.add(self.input_items + output)
+                await self.conversation.add(self.input_items + output, self.replica)
                 self._conversation_added = True
         except StoreUnavailable:
             return False
@@ -211,4 +213,4 @@ class StoredRun:
             id=response.id, created_at=response.created_at, status=str(response.status),
             response=response.model_dump(mode="json", by_alias=True, exclude_unset=True),
             input_items=self.input_items, previous_response_id=self.previous_response_id,
-            background=self.background, owner=self.owner)
+            background=self.background, owner=self.owner, replica=self.replica)

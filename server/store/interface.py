@@ -38,6 +38,7 @@ class StoredResponse:
     background: bool = False
     owner: str | None = None  # the replica generating a background response, while it runs
     lease_expires_at: float | None = None  # when its owner's claim lapses unless renewed
+    replica: str | None = None  # the replica that generated it: where its prefix is cached
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,14 @@ class StoredConversation:
     id: str
     created_at: int
     metadata: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Replica:
+    """A live replica that takes forwarded requests, at `url` (its `--advertise-url`)."""
+
+    id: str
+    url: str
 
 
 @dataclass(frozen=True)
@@ -153,8 +162,10 @@ class ResponseStore(Protocol):
 
     async def delete_conversation(self, conversation_id: str) -> bool: ...
 
-    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]]) -> bool:
-        """Append items; False if the conversation does not exist."""
+    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]],
+                                     replica: str | None = None) -> bool:
+        """Append items; False if the conversation does not exist. `replica`: the replica whose response added them,
+        now the conversation's home."""
         ...
 
     async def conversation_items(self, conversation_id: str, after: str | None, limit: int | None,
@@ -165,5 +176,28 @@ class ResponseStore(Protocol):
     async def conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None: ...
 
     async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool: ...
+
+    # -- replicas: each replica that takes forwarded requests beats here (the database's clock); a request's home is
+    # the replica that generated the response it continues, or the latest response of its conversation.
+
+    async def heartbeat(self, replica: Replica, draining: bool) -> None:
+        """`replica` is alive now (draining: alive, but takes no forwarded requests)."""
+        ...
+
+    async def live_replicas(self, within_seconds: float) -> list[Replica]:
+        """The replicas, not draining, whose last heartbeat is at most `within_seconds` old."""
+        ...
+
+    async def leave(self, replica_id: str) -> None:
+        """The replica stops: it takes no more forwarded requests."""
+        ...
+
+    async def response_home(self, response_id: str) -> str | None:
+        """The replica that generated the response (None: unknown, or no such response)."""
+        ...
+
+    async def conversation_home(self, conversation_id: str) -> str | None:
+        """The replica whose response last added to the conversation (None: none yet, or no such conversation)."""
+        ...
 
     async def close(self) -> None: ...

@@ -10,8 +10,9 @@ from typing import Any, Awaitable, Callable, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from server.store.interface import (RUNNING, Interrupt, Order, RetentionPolicy, StoreRejected, StoreUnavailable,
-                                    StoredConversation, StoredResponse, WebhookDelivery, webhook_event_id)
+from server.store.interface import (RUNNING, Interrupt, Order, Replica, RetentionPolicy, StoreRejected,
+                                    StoreUnavailable, StoredConversation, StoredResponse, WebhookDelivery,
+                                    webhook_event_id)
 from server.store.migrations import migrations
 from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,
                                page_query, retention_query)
@@ -189,11 +190,12 @@ class PostgresStore:
     async def delete_conversation(self, conversation_id: str) -> bool:
         return await self._count("DELETE FROM conversations WHERE id = %s", (conversation_id,)) > 0
 
-    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]]) -> bool:
-        async def write(db: Connection) -> bool:
-            found = await (await db.execute("SELECT 1 FROM conversations WHERE id = %s FOR UPDATE",
-                                            (conversation_id,))).fetchone()
-            if found is None:
+    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]],
+                                     replica: str | None = None) -> bool:
+        async def write(db: Connection) -> bool:  # the update locks the conversation's row until the items are in
+            found = await db.execute("UPDATE conversations SET replica = COALESCE(%s, replica) WHERE id = %s",
+                                     (replica, conversation_id))
+            if found.rowcount == 0:
                 return False
             await _append(db, conversation_id, items)
             return True
@@ -213,6 +215,27 @@ class PostgresStore:
     async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
         return await self._count("DELETE FROM conversation_items WHERE conversation_id = %s AND item_id = %s",
                                  (conversation_id, item_id)) > 0
+
+    async def heartbeat(self, replica: Replica, draining: bool) -> None:
+        await self._count(f"INSERT INTO replicas (id, url, heartbeat_at, draining) VALUES (%s, %s, {_NOW}, %s) "
+                          "ON CONFLICT (id) DO UPDATE SET url = excluded.url, heartbeat_at = excluded.heartbeat_at, "
+                          "draining = excluded.draining", (replica.id, replica.url, draining))
+
+    async def live_replicas(self, within_seconds: float) -> list[Replica]:
+        return [Replica(*row) for row in await self._rows(
+            f"SELECT id, url FROM replicas WHERE NOT draining AND heartbeat_at >= {_NOW} - %s ORDER BY id",
+            (within_seconds,))]
+
+    async def leave(self, replica_id: str) -> None:
+        await self._count("DELETE FROM replicas WHERE id = %s", (replica_id,))
+
+    async def response_home(self, response_id: str) -> str | None:
+        rows = await self._rows("SELECT replica FROM responses WHERE id = %s", (response_id,))
+        return rows[0][0] if rows else None
+
+    async def conversation_home(self, conversation_id: str) -> str | None:
+        rows = await self._rows("SELECT replica FROM conversations WHERE id = %s", (conversation_id,))
+        return rows[0][0] if rows else None
 
     async def close(self) -> None:
         if self._pool_open:
@@ -245,10 +268,10 @@ async def _insert(db: Connection, record: StoredResponse, lease_seconds: float |
     """The response row and its input items; a running one owned, its lease from the database's clock."""
     await db.execute(
         "INSERT INTO responses (id, created_at, status, response, previous_response_id, background, owner, "
-        f"lease_expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, {_NOW} + %s) ON CONFLICT (id) DO UPDATE SET "
-        "status = excluded.status, response = excluded.response",
+        f"lease_expires_at, replica) VALUES (%s, %s, %s, %s, %s, %s, %s, {_NOW} + %s, %s) ON CONFLICT (id) DO UPDATE "
+        "SET status = excluded.status, response = excluded.response",
         (record.id, record.created_at, record.status, json.dumps(record.response), record.previous_response_id,
-         record.background, record.owner, lease_seconds))
+         record.background, record.owner, lease_seconds, record.replica))
     async with db.cursor() as cursor:
         await cursor.executemany(
             "INSERT INTO input_items (response_id, position, item_id, item) VALUES (%s, %s, %s, %s) "

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from server.store.interface import (RUNNING, Interrupt, Order, RetentionPolicy, StoreUnavailable, StoredConversation,
-                                    StoredResponse, WebhookDelivery, webhook_event_id)
+from server.store.interface import (RUNNING, Interrupt, Order, Replica, RetentionPolicy, StoreUnavailable,
+                                    StoredConversation, StoredResponse, WebhookDelivery, webhook_event_id)
 from server.store.migrations import migrations
 from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,
                                page_query, retention_query)
@@ -193,9 +193,11 @@ class SqliteStore:
         return await self._run(lambda db: db.execute(
             "DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0)
 
-    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]]) -> bool:
+    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]],
+                                     replica: str | None = None) -> bool:
         def write(db: sqlite3.Connection) -> bool:
-            if db.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)).fetchone() is None:
+            if db.execute("UPDATE conversations SET replica = COALESCE(?, replica) WHERE id = ?",
+                          (replica, conversation_id)).rowcount == 0:
                 return False
             _append(db, conversation_id, items)
             return True
@@ -228,6 +230,30 @@ class SqliteStore:
 
         return await self._run(delete)
 
+    async def heartbeat(self, replica: Replica, draining: bool) -> None:
+        await self._run(lambda db: db.execute(
+            f"INSERT INTO replicas (id, url, heartbeat_at, draining) VALUES (?, ?, {_NOW}, ?) ON CONFLICT(id) DO "
+            "UPDATE SET url = excluded.url, heartbeat_at = excluded.heartbeat_at, draining = excluded.draining",
+            (replica.id, replica.url, int(draining))))
+
+    async def live_replicas(self, within_seconds: float) -> list[Replica]:
+        return await self._run(lambda db: [Replica(*row) for row in db.execute(
+            f"SELECT id, url FROM replicas WHERE NOT draining AND heartbeat_at >= {_NOW} - ? ORDER BY id",
+            (within_seconds,))])
+
+    async def leave(self, replica_id: str) -> None:
+        await self._run(lambda db: db.execute("DELETE FROM replicas WHERE id = ?", (replica_id,)))
+
+    async def response_home(self, response_id: str) -> str | None:
+        row = await self._run(lambda db: db.execute("SELECT replica FROM responses WHERE id = ?",
+                                                    (response_id,)).fetchone())
+        return row[0] if row else None
+
+    async def conversation_home(self, conversation_id: str) -> str | None:
+        row = await self._run(lambda db: db.execute("SELECT replica FROM conversations WHERE id = ?",
+                                                    (conversation_id,)).fetchone())
+        return row[0] if row else None
+
     async def close(self) -> None:
         def close_connection(_: sqlite3.Connection) -> None:
             return None
@@ -251,10 +277,10 @@ def _insert(db: sqlite3.Connection, record: StoredResponse, lease_seconds: float
     """The response row and its input items; a running one owned, its lease from the database's clock."""
     db.execute(
         "INSERT INTO responses (id, created_at, status, response, previous_response_id, background, owner, "
-        f"lease_expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, {_NOW} + ?) ON CONFLICT(id) DO UPDATE SET "
+        f"lease_expires_at, replica) VALUES (?, ?, ?, ?, ?, ?, ?, {_NOW} + ?, ?) ON CONFLICT(id) DO UPDATE SET "
         "status=excluded.status, response=excluded.response",
         (record.id, record.created_at, record.status, json.dumps(record.response), record.previous_response_id,
-         int(record.background), record.owner, lease_seconds))
+         int(record.background), record.owner, lease_seconds, record.replica))
     db.executemany("INSERT OR IGNORE INTO input_items (response_id, position, item_id, item) VALUES (?, ?, ?, ?)",
                    item_rows(record.id, 0, record.input_items))
 
