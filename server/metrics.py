@@ -43,6 +43,8 @@ FORWARDING = Counter("responses_server_forwarding", "Requests by what named thei
                      "the home is here (home_here), is not live (home_gone), took no connection (unreachable), "
                      "answered 429 (overloaded) or 503 (draining); none: served where it landed (served_here)",
                      ["key", "outcome"])
+LIVE_REPLICAS = Gauge("responses_server_live_replicas", "Replicas taking forwarded requests (this one among them when "
+                      "it advertises an address), as last read from the shared store", multiprocess_mode="max")
 EVENT_LOOP_LAG = Histogram("responses_server_event_loop_lag_seconds", "How late the event loop ran a timer that was "
                            "due (sampled every 0.1 s): what every stream's next event waited", buckets=_LAG_BUCKETS)
 

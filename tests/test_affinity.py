@@ -22,7 +22,8 @@ from server.replicas.homes import rendezvous
 from server.replicas.registry import ReplicaRegistry
 from server.serving import ServingContext
 from server.store.interface import Replica, StoredConversation
-from tests.conftest import serve_in_thread
+from server.runs.admission import Admission
+from tests.conftest import serve_asgi, serve_in_thread
 from tests.scripted_engine import ScriptedEngine
 from tests.sse import events_of, parse_frames
 from tests.test_server import MODEL, Harness
@@ -36,6 +37,8 @@ class Node:
     name: str
     harness: Harness
     registry: ReplicaRegistry
+    admission: Admission
+    store_url: str
 
     @property
     def engine(self) -> ScriptedEngine:
@@ -61,7 +64,7 @@ def replica(name: str, store_url: str, tokenizer: Any, config: ServerConfig | No
     with serve_in_thread(create_app(context)) as base_url:
         if advertise:  # its address is known once it listens; the next heartbeat registers it
             context.replicas.url = base_url.removesuffix("/v1")
-        yield Node(name, Harness(engine, base_url), context.replicas)
+        yield Node(name, Harness(engine, base_url), context.replicas, context.admission, store_url)
 
 
 def all_live(*nodes: Node) -> None:
@@ -250,4 +253,57 @@ def test_a_client_that_leaves_a_forwarded_request_aborts_the_homes_engine_reques
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"{b.harness.base_url}/responses", json=body, timeout=1.5)
     assert len(a.engine.requests) == 2 and a.harness.engine_aborted_last_request()
+    assert b.engine.requests == []
+
+
+def test_a_draining_home_leaves_the_request_here(pair: tuple[Node, Node], tokenizer: Any) -> None:
+    a, b = pair
+    for node in pair:
+        node.harness.play(say(tokenizer, "Noted."))
+    first = a.harness.client.responses.create(model=MODEL, input="Turn 1.")
+    before = counted("previous_response", "draining")
+    admission = a.admission
+    admission.draining = True  # shutting down: A admits nothing (a 503); its heartbeat has not said so yet
+    try:
+        served = b.harness.client.responses.create(model=MODEL, input="Turn 2.", previous_response_id=first.id)
+    finally:
+        admission.draining = False
+    assert served.output_text == "Noted." and len(b.engine.requests) == 1
+    assert counted("previous_response", "draining") - before == 1
+
+
+async def beat(store_url: str, replica: Replica) -> None:
+    """One heartbeat for a replica that is no server of ours."""
+    store = open_url(store_url)
+    await store.heartbeat(replica, draining=False)
+    await store.close()
+
+
+def ghost_app() -> Any:
+    """A replica that sends two events of a stream, then is lost (its connection drops)."""
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    async def frames() -> Any:
+        yield b'event: response.created\ndata: {"type":"response.created","sequence_number":0}\n\n'
+        yield b'event: response.in_progress\ndata: {"type":"response.in_progress","sequence_number":1}\n\n'
+        await asyncio.sleep(0.2)
+        raise RuntimeError("the replica is gone")
+
+    async def create(_: Any) -> StreamingResponse:
+        return StreamingResponse(frames(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/responses", create, methods=["POST"])])
+
+
+def test_a_home_lost_mid_stream_ends_it_with_an_error_event(pair: tuple[Node, Node], tokenizer: Any) -> None:
+    a, b = pair
+    with serve_asgi(ghost_app()) as port:
+        asyncio.run(beat(b.store_url, Replica("ghost", f"http://127.0.0.1:{port}")))
+        seen(b, "ghost", f"http://127.0.0.1:{port}")
+        key = next(key for key in (f"k{n}" for n in range(100)) if rendezvous(key, b.registry.live()) == "ghost")
+        lines, events = b.stream(input="x", prompt_cache_key=key)
+    assert [event["type"] for event in events] == ["response.created", "response.in_progress", "error"]
+    assert events[-1]["code"] == "home_replica_lost" and events[-1]["sequence_number"] == 2
     assert b.engine.requests == []

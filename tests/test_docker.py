@@ -16,6 +16,7 @@ import yaml
 
 from server.cli import build_parser
 from server.engine.vllm_engine import engine_args
+from server.launch import advertise_url
 
 ROOT = Path(__file__).resolve().parents[1]
 PARALLEL = ["--tensor-parallel-size", "2", "--pipeline-parallel-size", "2", "--data-parallel-size", "2"]
@@ -55,6 +56,12 @@ def test_compose_runs_two_replicas_on_postgresql_behind_nginx_for_sse() -> None:
         assert args.store.startswith("postgresql://") and "@postgres:" in args.store
         assert engine_args(args).tensor_parallel_size == 2
         ids.add(service["environment"]["RESPONSES_SERVER_REPLICA_ID"])
+        os.environ["RESPONSES_SERVER_ADVERTISE_URL"] = service["environment"]["RESPONSES_SERVER_ADVERTISE_URL"]
+        try:  # forwarding on, to the address the other replica reaches this one at
+            advertised = build_parser().parse_args([*entrypoint()[1:], *shlex.split(command)])
+        finally:
+            del os.environ["RESPONSES_SERVER_ADVERTISE_URL"]
+        assert advertised.forwarding and advertise_url(advertised.advertise_url) == f"http://{name}:8000"
         assert "RESPONSES_SERVER_REASONING_KEY" in service["environment"]  # replicas open each other's reasoning
         assert service["stop_grace_period"]  # time for the graceful drain
     assert len(ids) == 2

@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
+from server.metrics import LIVE_REPLICAS
 from server.store.interface import Replica, ResponseStore, StoreUnavailable
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class ReplicaRegistry:
         if self.url is not None:
             await self.store.heartbeat(Replica(self.replica_id, self.url), self.draining())
         self._live = {replica.id: replica.url for replica in await self.store.live_replicas(self.live_seconds)}
+        LIVE_REPLICAS.set(len(self._live))
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -68,4 +70,7 @@ class ReplicaRegistry:
             except StoreUnavailable:  # the store logged why
                 if loop.time() - last_read > self.live_seconds:
                     self._live = {}
+                    LIVE_REPLICAS.set(0)
+            except Exception:  # a fault of its own: logged, and the next beat tries again
+                logger.exception("the replica heartbeat failed")
             await asyncio.sleep(self.interval)
