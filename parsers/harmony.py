@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, Sequence
@@ -17,6 +16,7 @@ from parsers.deltas import (
     ToolCallStarted,
     merge_adjacent,
 )
+from parsers.json_text import string_field
 from parsers.tools import ToolSpec, ToolTable, model_name
 
 FUNCTIONS_PREFIX = "functions."
@@ -214,8 +214,4 @@ def _harmony_tokens(encoding: Any) -> HarmonyTokens:
 
 def _custom_input(body: str) -> str:
     """A custom tool's freeform input, from `{"input": "..."}` or the raw body."""
-    try:
-        value = json.loads(body)
-    except json.JSONDecodeError:
-        return body
-    return value["input"] if isinstance(value, dict) and isinstance(value.get("input"), str) else body
+    return string_field(body, "input")

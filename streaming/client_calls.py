@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from parsers.json_text import string_field
+
 
 def shell_action(arguments: str) -> dict[str, Any]:
     """A shell call's `action` from the arguments the model wrote (text that is not the schema's: one command)."""
@@ -38,11 +40,7 @@ def patch_operation(arguments: str) -> dict[str, Any]:
 
 def python_code(arguments: str) -> str:
     """The code of a python call: the message body (harmony), or the `code` of its JSON arguments (chat paths)."""
-    try:
-        values = json.loads(arguments)
-    except json.JSONDecodeError:
-        return arguments
-    return values["code"] if isinstance(values, dict) and isinstance(values.get("code"), str) else arguments
+    return string_field(arguments, "code")
 
 
 def web_search_action(name: str, arguments: str) -> dict[str, Any]:

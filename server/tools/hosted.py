@@ -28,7 +28,6 @@ from streaming.client_calls import python_code
 from streaming.items import ListedTools, ToolResult
 
 
-
 @dataclass
 class HostedTools:
     """The MCP servers of one request, what each offers the model, and how to call them."""
