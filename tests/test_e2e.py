@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
+import psutil
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
@@ -33,16 +35,17 @@ class RunningServer:
     """A `python -m server` subprocess and the clients that talk to it."""
 
     def __init__(self, args: list[str], log: Path, data_dir: Path | None = None,
-                 env: dict[str, str] | None = None) -> None:
-        """`env` is added to the server's environment."""
+                 env: dict[str, str] | None = None, advertise: bool = False) -> None:
+        """`env` is added to the server's environment; `advertise`: it tells the other replicas its address."""
         self.log = log
         self.data_dir = data_dir or log.parent / "data"
         for _ in range(3):  # a port picked free can be taken meanwhile (vLLM binds ports of its own)
             self.port = free_port()
             self.base_url = f"http://127.0.0.1:{self.port}/v1"
             env = {**os.environ, "PYTHONUNBUFFERED": "1", "RESPONSES_SERVER_DATA": str(self.data_dir), **(env or {})}
+            advertised = ["--advertise-url", f"http://127.0.0.1:{self.port}"] if advertise else []
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "server", "--port", str(self.port), *args],
+                [sys.executable, "-m", "server", "--port", str(self.port), *advertised, *args],
                 stdout=log.open("w"), stderr=subprocess.STDOUT, env=env,
             )
             if self._wait_until_healthy():
@@ -76,6 +79,17 @@ class RunningServer:
                           timeout=300) as response:
             assert response.status_code == 200, response.read()
             return events_of(parse_frames(response.iter_lines()))
+
+    def kill(self) -> None:
+        """SIGKILL the server and its engine processes, as a crashed machine would stop them (killed alone, the
+        server's main process leaves vLLM's engine core and worker running, with their memory)."""
+        family = [self.process.pid] + [child.pid for child in psutil.Process(self.process.pid).children(recursive=True)]
+        for pid in family:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait(30)
 
     def stop(self) -> None:
         self.process.terminate()

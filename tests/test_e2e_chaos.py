@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import glob
 import json
-import os
-import signal
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import psycopg
 import pytest
 
@@ -88,17 +85,6 @@ def skewed_clock() -> dict[str, str]:
     return {"LD_PRELOAD": library, "FAKETIME": "+2h", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
 
-def kill(server: RunningServer) -> None:
-    """SIGKILL the server and its engine processes, as a crashed machine would stop them."""
-    family = [server.process.pid] + [child.pid for child in psutil.Process(server.process.pid).children(recursive=True)]
-    for pid in family:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    server.process.wait(30)
-
-
 def running_rows(url: str) -> int:
     with psycopg.connect(url) as db:
         return db.execute(f"SELECT count(*) FROM responses WHERE status IN {RUNNING}").fetchone()[0]
@@ -131,7 +117,7 @@ def test_outage_and_a_killed_replica_leave_the_store_consistent(postgres: Any, t
         for _ in range(2):
             clients.start(clients.background_followed, a, b, 400)
         time.sleep(4)
-        kill(a)
+        a.kill()
         deadline = time.monotonic() + 120
         while running_rows(store):
             assert time.monotonic() < deadline, "responses of the killed replica were never failed"

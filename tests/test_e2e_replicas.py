@@ -1,5 +1,6 @@
 """End to end: two server processes on the real CPU engine share one real PostgreSQL database. A response created
-on A is read, chained, followed live and cancelled on B; A aborts the cancelled engine request."""
+on A is read, chained, followed live and cancelled on B; A aborts the cancelled engine request. An agent's turns sent
+alternately to A and B find their prefix in the cache of the replica that holds it, and go on when it is killed."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import pytest
 
 from tests.sse import events_of, parse_frames
 from tests.test_e2e import MODEL, RunningServer
+from tests.test_metrics import scrape, value
 from conformance.contract import validate_events
 
 pytestmark = pytest.mark.e2e
+BLOCK = 128  # vLLM's cache block on CPU: prefixes are cached in whole blocks
 COUNT = {"input": "Count from 1 to 300, separated by commas.", "temperature": 0}
 
 
@@ -23,7 +26,11 @@ def replicas(postgres: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     store = postgres.new_database()
     logs = tmp_path_factory.mktemp("replicas")
     servers = [RunningServer(["--store", store, "--replica-id", name, "--max-model-len", "2048"],
-                             logs / f"{name}.log", data_dir=logs / name) for name in ("a", "b")]
+                             logs / f"{name}.log", data_dir=logs / name, advertise=True) for name in ("a", "b")]
+    deadline = time.monotonic() + 30  # each sees the other once both have beaten
+    while not all(value(scrape(server.base_url), "responses_server_live_replicas") == 2 for server in servers):
+        assert time.monotonic() < deadline, "the replicas never saw each other"
+        time.sleep(0.5)
     yield servers[0], servers[1]
     for server in servers:
         server.stop()
@@ -74,3 +81,90 @@ def test_cancelled_on_b_aborts_on_a(replicas: tuple[RunningServer, RunningServer
         replayed = events_of(parse_frames(reply.iter_lines()))
     validate_events(replayed)
     assert replayed[-1]["response"]["status"] == "cancelled"
+
+
+# An agent's turn: a paragraph of about 300 tokens, so each prompt spans more cache blocks than the last.
+def paragraph(turn: int) -> str:
+    return f"Note {turn}: " + " ".join(f"the {word} of turn {turn} is kept in the agent's log" for word in
+                                         ("first", "second", "third", "fourth", "fifth", "sixth", "seventh",
+                                          "eighth", "ninth", "tenth", "eleventh", "twelfth", "thirteenth",
+                                          "fourteenth", "fifteenth", "sixteenth", "seventeenth", "eighteenth",
+                                          "nineteenth", "twentieth", "last", "final", "closing", "ending"))
+
+
+def cached(response: Any) -> int:
+    return response.usage.input_tokens_details.cached_tokens
+
+
+def test_chained_turns_sent_alternately_find_their_prefix(replicas: tuple[RunningServer, RunningServer]) -> None:
+    a, b = replicas
+    previous, found = None, []
+    for turn, server in enumerate([a, b, a, b], start=1):
+        reply = server.client.responses.create(model=MODEL, input=paragraph(turn), previous_response_id=previous,
+                                               max_output_tokens=8, temperature=0)
+        previous = reply.id
+        found.append((cached(reply), reply.usage.input_tokens))
+    # each turn finds (to a cache block of 128 tokens) the whole of the previous prompt, on either replica
+    assert all(hit >= before - BLOCK for (hit, _), (_, before) in zip(found[1:], found)), found
+
+
+def test_stateless_turns_with_a_prompt_cache_key_find_their_prefix(
+        replicas: tuple[RunningServer, RunningServer]) -> None:
+    a, b = replicas
+    history: list[Any] = []
+    found: list[tuple[int, int]] = []
+    for turn, server in enumerate([b, a, b, a], start=1):
+        history.append({"role": "user", "content": paragraph(turn + 10)})
+        reply = server.client.responses.create(model=MODEL, input=history, store=False, max_output_tokens=8,
+                                               temperature=0, prompt_cache_key="codex-session-1")
+        history.append({"role": "assistant", "content": reply.output_text})
+        found.append((cached(reply), reply.usage.input_tokens))
+    assert all(hit >= before - BLOCK for (hit, _), (_, before) in zip(found[1:], found)), found
+
+
+def test_a_forwarded_stream_is_the_homes_stream_and_a_leaving_client_aborts_it(
+        replicas: tuple[RunningServer, RunningServer]) -> None:
+    a, b = replicas
+    first = a.client.responses.create(model=MODEL, input=paragraph(20), max_output_tokens=8, temperature=0)
+    with httpx.stream("POST", f"{b.base_url}/responses", timeout=300, json={
+            "model": MODEL, "input": "Go on.", "previous_response_id": first.id, "stream": True,
+            "max_output_tokens": 16, "temperature": 0}) as response:
+        lines = list(response.iter_lines())
+    final = validate_events(events_of(parse_frames(lines)))
+    with httpx.stream("GET", f"{a.base_url}/responses/{final.id}", params={"stream": "true"}, timeout=60) as reply:
+        stored = list(reply.iter_lines())
+    assert [line for line in lines if line.startswith("data:")] == [line for line in stored if line.startswith("data:")]
+    assert final.usage is not None and final.usage.input_tokens_details.cached_tokens > 0
+
+    disconnects = value(scrape(a.base_url), "responses_server_client_disconnects_total")
+    with httpx.stream("POST", f"{b.base_url}/responses", timeout=300, json={
+            "model": MODEL, "stream": True, "previous_response_id": first.id, "max_output_tokens": 1500,
+            **COUNT}) as response:
+        for line in response.iter_lines():
+            if "output_text.delta" in line:
+                break
+    deadline = time.monotonic() + 30
+    while value(scrape(a.base_url), "responses_server_client_disconnects_total") == disconnects:
+        assert time.monotonic() < deadline, "the home did not abort its engine request"
+        time.sleep(0.2)
+    forwarded = scrape(b.base_url)
+    assert value(forwarded, "responses_server_forwarding_total", key="previous_response", outcome="forwarded") >= 2
+
+
+def test_the_home_killed_mid_session_the_next_turn_is_served_by_the_other(
+        replicas: tuple[RunningServer, RunningServer]) -> None:
+    """Last in the module: A is gone after it."""
+    a, b = replicas
+    first = a.client.responses.create(model=MODEL, input=paragraph(30), max_output_tokens=8, temperature=0)
+    second = b.client.responses.create(model=MODEL, input=paragraph(31), previous_response_id=first.id,
+                                       max_output_tokens=8, temperature=0)
+    assert cached(second) > 0  # served by its home, A
+    a.kill()
+    third = b.client.responses.create(model=MODEL, input=paragraph(32), previous_response_id=second.id,
+                                      max_output_tokens=8, temperature=0)
+    assert third.status in ("completed", "incomplete") and third.error is None  # B never saw the chain: a miss
+    fourth = b.client.responses.create(model=MODEL, input=paragraph(33), previous_response_id=third.id,
+                                       max_output_tokens=8, temperature=0)
+    assert cached(fourth) > 0  # B is the chain's home now
+    samples = scrape(b.base_url)
+    assert value(samples, "responses_server_forwarding_total", key="previous_response", outcome="unreachable") >= 1
