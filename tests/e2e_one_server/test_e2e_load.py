@@ -8,7 +8,7 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -21,15 +21,6 @@ pytestmark = pytest.mark.e2e
 STORM, LOAD = 32, 64
 WANTED = 512  # output tokens each stream of the storm asks for
 PROMPT = "Write a short poem about the sea."
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    logs = tmp_path_factory.mktemp("load")
-    running = RunningServer(["--max-model-len", "2048", "--record-engine-output", str(logs / "engine.jsonl")],
-                            logs / "server.log")
-    yield running
-    running.stop()
 
 
 async def stream(client: httpx.AsyncClient, url: str, max_tokens: int, drop_after_first: bool = False,

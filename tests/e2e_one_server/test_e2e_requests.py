@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Iterator, Literal
+from typing import Any
 
 import httpx
 import jsonschema
@@ -19,12 +19,12 @@ from pydantic import BaseModel
 from server.engine.recording import read_recordings
 from tests.test_e2e import MODEL, RunningServer
 from conformance.contract import validate_events
-from tests.mcp_servers import RunningMcp, browser, mcp  # noqa: F401  (fixtures)
+from tests.e2e_one_server.conftest import CONTEXT
+from tests.mcp_servers import RunningMcp
 from tests.sse import events_of, parse_frames
 
 pytestmark = pytest.mark.e2e
 RUNS = 10
-CONTEXT = 2048
 
 
 class City(BaseModel):
@@ -46,16 +46,6 @@ TOOLS = [
      "parameters": TIME_PARAMETERS},
 ]
 SCHEMAS = {"get_weather": WEATHER_PARAMETERS, "get_time": TIME_PARAMETERS}
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, mcp: RunningMcp, browser: RunningMcp) -> Iterator[RunningServer]:
-    log = tmp_path_factory.mktemp("logs") / "requests.log"
-    running = RunningServer(["--max-model-len", str(CONTEXT), "--record-engine-output", str(log.parent / "engine.jsonl"),
-                             "--allowed-mcp-domains", "127.0.0.1", "--tool-server", f"browser={browser.url}",
-                             "--tool-server", f"python={mcp.url}", "--mcp-server", f"registered={mcp.url}"], log)
-    yield running
-    running.stop()
 
 
 def _many(server: RunningServer, make: Any) -> list[Any]:

@@ -25,15 +25,6 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "Get the we
                           "additionalProperties": False}}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    log = tmp_path_factory.mktemp("logs") / "websocket.log"
-    running = RunningServer(["--max-model-len", "2048", "--record-engine-output", str(log.parent / "engine.jsonl")],
-                            log)
-    yield running
-    running.stop()
-
-
 class SdkSocket(Socket):
     """The SDK's own connection (`client.responses.connect()`), read as dicts like the raw socket of the unit tests:
     events go out through `conn.send`, and come back parsed by the SDK into its `ResponsesServerEvent` models."""

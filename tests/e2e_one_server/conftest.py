@@ -1,0 +1,38 @@
+"""One server of the bundled model for every module here, started once (about a minute on this CPU) and stopped
+when the package's last test ends: a 2,048-token context, its engine output recorded, and the MCP test servers
+(tests/mcp_servers.py) registered as its tool servers."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+from tests.mcp_servers import RunningMcp, serve_browser, serve_mcp
+from tests.test_e2e import RunningServer
+
+CONTEXT = 2048
+
+
+@pytest.fixture(scope="package")
+def mcp() -> Iterator[RunningMcp]:
+    """The tools server (tests/mcp_servers.py), registered as `registered` and as the python tool server."""
+    with serve_mcp() as running:
+        yield running
+
+
+@pytest.fixture(scope="package")
+def browser() -> Iterator[RunningMcp]:
+    """The browser tool server."""
+    with serve_browser() as running:
+        yield running
+
+
+@pytest.fixture(scope="package")
+def server(tmp_path_factory: pytest.TempPathFactory, mcp: RunningMcp, browser: RunningMcp) -> Iterator[RunningServer]:
+    log = tmp_path_factory.mktemp("logs") / "server.log"
+    running = RunningServer(["--max-model-len", str(CONTEXT), "--record-engine-output", str(log.parent / "engine.jsonl"),
+                             "--allowed-mcp-domains", "127.0.0.1", "--tool-server", f"browser={browser.url}",
+                             "--tool-server", f"python={mcp.url}", "--mcp-server", f"registered={mcp.url}"], log)
+    yield running
+    running.stop()
