@@ -307,3 +307,14 @@ def test_a_home_lost_mid_stream_ends_it_with_an_error_event(pair: tuple[Node, No
     assert [event["type"] for event in events] == ["response.created", "response.in_progress", "error"]
     assert events[-1]["code"] == "home_replica_lost" and events[-1]["sequence_number"] == 2
     assert b.engine.requests == []
+
+
+def test_a_compaction_of_a_chain_is_made_by_its_home(pair: tuple[Node, Node], tokenizer: Any) -> None:
+    a, b = pair
+    for node in pair:
+        node.harness.play(say(tokenizer, "The user said turn 1."))
+    first = a.harness.client.responses.create(model=MODEL, input="Turn 1.")
+    reply = httpx.post(f"{b.harness.base_url}/responses/compact", timeout=30,
+                       json={"model": MODEL, "previous_response_id": first.id})
+    assert reply.status_code == 200 and reply.json()["object"] == "response.compaction", reply.text
+    assert len(a.engine.requests) == 2 and b.engine.requests == []
