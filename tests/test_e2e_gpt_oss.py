@@ -72,8 +72,10 @@ def test_a_forced_mcp_call_on_the_tiny_gpt_oss(gpt_oss: RunningServer) -> None:
     MCP server, and a second engine pass continues from its output (random weights: the answer is noise)."""
     with serve_mcp() as mcp:
         response = gpt_oss.client.responses.create(
-            model=MODEL, input="Add 2 and 3.", max_output_tokens=96, tool_choice={"type": "mcp", "server_label": "calc",
-                                                                                   "name": "add"},
+            # 256: room for reasoning and a call whose integers take all their 16 digits (96 failed when the
+            # random weights reasoned at length and then wrote long numbers: the call was cut by the budget)
+            model=MODEL, input="Add 2 and 3.", max_output_tokens=256, tool_choice={"type": "mcp", "server_label": "calc",
+                                                                                    "name": "add"},
             tools=[{"type": "mcp", "server_label": "calc", "server_url": mcp.url, "require_approval": "never"}])
     kinds = [item.type for item in response.output]
     assert kinds[0] == "mcp_list_tools" and "mcp_call" in kinds, kinds
