@@ -582,3 +582,20 @@ def test_the_engine_gets_the_thinking_budget() -> None:
 
     params = _sampling_params(EngineRequest("r", [1], SamplingSettings(max_tokens=10, thinking_token_budget=4)), 100)
     assert params.thinking_token_budget == 4
+
+
+STRING_KINDS = {"plain": {"type": "string"}, "maxLength": {"type": "string", "maxLength": 20},
+                "minLength": {"type": "string", "minLength": 1}, "both": {"type": "string", "minLength": 1, "maxLength": 8},
+                "pattern": {"type": "string", "pattern": "^.*$"}}
+
+
+@pytest.mark.parametrize("control", ["\t", "\x00", "\x1f", "\n", "\r"], ids=repr)
+@pytest.mark.parametrize("kind", list(STRING_KINDS))
+def test_no_string_the_grammar_allows_holds_a_raw_control_character(kind: str, control: str) -> None:
+    """JSON forbids U+0000-U+001F unescaped in a string (json.loads refuses them): xgrammar's rule for a string
+    with a length bound let a tab through, and the tiny gpt-oss's strict call once held one."""
+    schema = {"type": "object", "properties": {"city": STRING_KINDS[kind]}, "required": ["city"],
+              "additionalProperties": False}
+    grammar = xgrammar.Grammar.from_ebnf(json_grammar(schema, 400))
+    assert accepts(grammar, '{"city": "ab"}')
+    assert not accepts(grammar, '{"city": "a%sb"}' % control)

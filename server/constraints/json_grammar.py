@@ -35,6 +35,10 @@ STRING_ESCAPES = 256  # escapes (`\n`, `\"`, ...) in one string
 # It is replaced by plain-character segments between escapes, each a counted character class: a counted
 # alternation of characters and escapes would be as strict but costs xgrammar ~80 ms per token to mask.
 _BASIC_STRING = re.compile(r"^basic_string ::= .*$", re.MULTILINE)
+# xgrammar's character of a string with a length bound (minLength, maxLength) refuses only `"`, `\\`, CR and LF, so
+# a raw tab or another control character, which JSON forbids in a string (json.loads refuses it), passes. Ours
+# refuses U+0000-U+001F as basic_string does.
+_BOUNDED_STRING_CHARACTER = (r'[^\"\\\r\n]', r'[^\0-\x1f\"\\]')
 # xgrammar's separators `", "` and `": "` as grammar literals (a property name is a literal with escaped quotes).
 _SEPARATOR = re.compile(r'(?<=[ (])"([,:]) "(?=[ )])')
 # The time and C++ source location xgrammar puts before its messages: "[15:58:20] /project/cpp/x.cc:4944: ".
@@ -103,7 +107,7 @@ def _grammar(schema_json: str, string_bytes: int) -> str:
     except Exception as exc:  # xgrammar raises RuntimeError/ValueError subclasses of its own
         lines = str(exc).strip().splitlines()
         raise SchemaError(_WHERE_IN_XGRAMMAR.sub("", lines[-1]) if lines else type(exc).__name__) from None
-    for unbounded, bounded in _BOUNDED_DIGITS:
+    for unbounded, bounded in (*_BOUNDED_DIGITS, _BOUNDED_STRING_CHARACTER):
         grammar = grammar.replace(unbounded, bounded)
     grammar = _SEPARATOR.sub(lambda match: f'"{match[1]}" " "?', grammar)
     return _BASIC_STRING.sub(lambda _: string_rules_within(string_bytes), grammar, count=1)
