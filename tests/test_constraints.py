@@ -21,6 +21,7 @@ from parsers.harmony import HarmonyParser
 from parsers.registry import TOOL_CALL_PARSERS
 from server.config import ServerConfig
 from server.constraints.chat import CALL_SYNTAX, GRAMMAR_CALL_LIMIT, chat_structural_tag
+from server.constraints.json_budget import budget_bounds
 from server.constraints.json_grammar import STRING_ESCAPES, STRING_SEGMENT, SchemaError, json_grammar
 from server.constraints.rules import OutputRules, output_rules
 from server.errors import RequestError
@@ -599,3 +600,16 @@ def test_no_string_the_grammar_allows_holds_a_raw_control_character(kind: str, c
     grammar = xgrammar.Grammar.from_ebnf(json_grammar(schema, 400))
     assert accepts(grammar, '{"city": "ab"}')
     assert not accepts(grammar, '{"city": "a%sb"}' % control)
+
+
+def test_a_non_strict_tool_whose_schema_no_bound_limits_is_called_with_a_bounded_object() -> None:
+    """Non-strict parameters are guidance (OpenAI does not enforce them): where no bound can keep them within the
+    budget (a pattern, free properties, recursion), a forced call writes any JSON object, which closes; a strict
+    tool keeps its schema."""
+    parameters = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]+$"}},
+                  "required": ["code"], "additionalProperties": False}
+    loose = {"type": "function", "name": "lookup", "strict": False, "parameters": parameters}
+    rules = _budgeted(256, tools=[loose], tool_choice="required")
+    assert rules.calls is not None and budget_bounds(rules.calls.schemas["lookup"], 256) is not None
+    strict = _budgeted(256, tools=[{**loose, "strict": True}], tool_choice="required")
+    assert strict.calls is not None and strict.calls.schemas["lookup"] == parameters

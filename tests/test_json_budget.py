@@ -152,3 +152,54 @@ def test_the_budget_search_does_work_in_proportion_to_the_schema() -> None:
         sys.setprofile(None)
     subschemas = 7 * 4 + 2
     assert calls < 200 * subschemas, calls  # 4 ** 7 paths is 16,384 per measure, and the search measures often
+
+
+NUMBER = "-1234567890123456.1234567890123456e+123"  # the longest number the grammar allows
+FREE_SCHEMAS = {
+    "json_object": {"type": "object"},
+    "a free property": {"type": "object", "properties": {"data": {}, "list": {"type": "array"}},
+                        "required": ["data", "list"], "additionalProperties": False},
+}
+FREE_CASES = [("json_object", budget) for budget in BUDGETS] + [("a free property", budget) for budget in BUDGETS[1:]]
+
+
+def _free_worst(kind: str, depth: int, members: int, string: str, extra: int = 0) -> str:
+    """The longest free JSON of `kind` ("any", "object", "array") `depth` deep with `members` in each (and `extra`
+    more in the outermost): every scalar the longest of a string and a number."""
+    scalar = max(string, NUMBER, key=lambda text: len(text.encode()))
+    if depth == 0:
+        return scalar
+    inner = [_free_worst("any", depth - 1, members, string)] * (members + extra)
+    shapes = {"array": "[" + ", ".join(inner) + "]", "object": "{" + ", ".join(f"{string}: {v}" for v in inner) + "}"}
+    return shapes.get(kind) or max((scalar, *shapes.values()), key=lambda text: len(text.encode()))
+
+
+@pytest.mark.parametrize(("name", "budget"), FREE_CASES, ids=[f"{n}-{b}" for n, b in FREE_CASES])
+def test_free_json_closes_within_the_budget(name: str, budget: int) -> None:
+    """`json_object` (any object) and schemas with free parts: the longest JSON the grammar allows fits the budget
+    (an unbounded any-object ran a 200-token answer to its end, open, 3 times in 12)."""
+    schema = FREE_SCHEMAS[name]
+    bounds = budget_bounds(schema, budget)
+    assert bounds is not None and bounds.free is not None
+    text = json_grammar(schema, budget)
+    first, escapes, segment = _string_bounds(text)
+    string = json.dumps(WIDE * first + ("\u0001" + WIDE * segment) * escapes, ensure_ascii=False)
+    depth, members = bounds.free.depth, bounds.free.members
+
+    def document(extra: int = 0) -> str:
+        if name == "json_object":
+            return _free_worst("object", depth, members, string, extra)
+        return (f'{{"data": {_free_worst("any", depth, members, string, extra)}, '
+                f'"list": {_free_worst("array", depth, members, string)}}}')
+
+    grammar = xgrammar.Grammar.from_ebnf(text)
+    worst = document()
+    json.loads(worst)
+    assert accepts(grammar, worst), "the worst case is one the grammar allows"
+    assert len(worst.encode()) <= budget
+    assert not accepts(grammar, document(extra=1)), "the bound is the grammar's own"
+
+
+def test_json_object_without_a_budget_stays_free() -> None:
+    grammar = xgrammar.Grammar.from_ebnf(json_grammar({"type": "object"}))
+    assert accepts(grammar, json.dumps({"a": [[[[{"b": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}]]]]}))

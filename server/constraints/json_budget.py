@@ -2,7 +2,9 @@
 
 A byte-level token writes at least one byte, so JSON the grammar keeps within `max_output_tokens` bytes always
 closes before the budget ends. The budget is spread evenly over the schema's open strings (no length, enum or
-format of their own) and open arrays (no maxItems); everything else has a size the grammar already fixes.
+format of their own) and open arrays (no maxItems); the parts a schema leaves free (`json_object`'s any object, `{}`,
+an object with no properties, an array with no items) are any JSON nested at most `depth` deep with at most
+`members` in each array or object (a `FreeShape`); everything else has a size the grammar already fixes.
 
 A schema's worst case is measured as `fixed + per_string * string` bytes (a `Cost`) for a given number of items in
 open arrays: each subschema once, however many `$ref`s lead to it, so the work grows with the schema's size. A
@@ -25,14 +27,32 @@ _ITEM_CHOICES = (16, 8, 4, 2, 1)  # open arrays' maxItems, tried from the most g
 _USEFUL_STRING = 128  # bytes (32 characters): a string bound below this is worth fewer items in arrays
 _MAX_DEPTH = 64  # subschemas and $refs followed inside each other; deeper is unbounded (recursion, in practice)
 _STRING_CEILING = 1 << 17
+# Keywords that say nothing of a value: a schema of these alone allows any JSON, as `{}` does.
+_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$comment", "deprecated", "readOnly",
+                          "writeOnly", "$schema", "$id"})
+
+
+@dataclass(frozen=True)
+class FreeShape:
+    """How far JSON the schema leaves free may go: arrays and objects nested `depth` deep, `members` in each."""
+
+    depth: int
+    members: int
+
+
+# Free JSON's shapes, tried from the most generous (as open arrays' items are).
+_FREE_CHOICES = (FreeShape(3, 8), FreeShape(2, 8), FreeShape(2, 4), FreeShape(1, 8), FreeShape(1, 4), FreeShape(1, 2),
+                 FreeShape(1, 1))
 
 
 @dataclass(frozen=True)
 class Bounds:
-    """What the grammar allows: `string_bytes` between an open string's quotes, `max_items` in an open array."""
+    """What the grammar allows: `string_bytes` between an open string's quotes, `max_items` in an open array, and
+    `free` the shape of free JSON (None: the schema leaves none free)."""
 
     string_bytes: int
     max_items: int
+    free: FreeShape | None = None
 
 
 @dataclass(frozen=True)
@@ -69,12 +89,22 @@ def budget_bounds(schema: dict[str, Any], budget: int) -> Bounds | None:
     no bounds can promise it (the schema's fixed part alone is too big, or it has parts no bound limits)."""
     try:
         for items in _ITEM_CHOICES:
-            string_bytes = _Measure(schema, items).cost(schema, 0).largest_string(budget)
-            if string_bytes is not None and (string_bytes >= _USEFUL_STRING or items == _ITEM_CHOICES[-1]):
-                return Bounds(string_bytes, items)
+            for free in _FREE_CHOICES:
+                measure = _Measure(schema, items, free)
+                string_bytes = measure.cost(schema, 0).largest_string(budget)
+                last = items == _ITEM_CHOICES[-1] and (free == _FREE_CHOICES[-1] or not measure.met_free)
+                if string_bytes is not None and (string_bytes >= _USEFUL_STRING or last):
+                    return Bounds(string_bytes, items, free if measure.met_free else None)
+                if not measure.met_free:
+                    break  # another free shape changes nothing
     except _Unbounded:
         return None
     return None
+
+
+def is_bounded(schema: dict[str, Any]) -> bool:
+    """Whether some bounds keep every JSON valid against `schema` within some budget."""
+    return budget_bounds(schema, _STRING_CEILING) is not None
 
 
 def with_open_arrays_bounded(schema: Any, max_items: int) -> Any:
@@ -82,18 +112,20 @@ def with_open_arrays_bounded(schema: Any, max_items: int) -> Any:
     if not isinstance(schema, dict):
         return schema
     bounded = with_subschemas_mapped(schema, lambda child: with_open_arrays_bounded(child, max_items))
-    if "array" in _types(schema) and "maxItems" not in schema:
+    if "array" in _types(schema) and "maxItems" not in schema and isinstance(schema.get("items"), dict):
         bounded["maxItems"] = max(max_items, schema.get("minItems", 0))
     return bounded
 
 
 class _Measure:
-    """The worst-case cost of a schema's parts with `items` in each open array, each part measured once."""
+    """The worst-case cost of a schema's parts with `items` in each open array and free JSON of the `free` shape,
+    each part measured once."""
 
-    def __init__(self, root: dict[str, Any], items: int) -> None:
-        self.root, self.items = root, items
+    def __init__(self, root: dict[str, Any], items: int, free: FreeShape) -> None:
+        self.root, self.items, self.free = root, items, free
         self.known: dict[int, Cost] = {}
         self.open: set[int] = set()  # parts being measured: meeting one again is recursion
+        self.met_free = False  # the schema leaves some JSON free
 
     def cost(self, schema: Any, depth: int) -> Cost:
         if depth > _MAX_DEPTH:
@@ -109,8 +141,8 @@ class _Measure:
         return cost
 
     def _measured(self, schema: Any, depth: int) -> Cost:
-        if schema is True or schema == {}:
-            raise _Unbounded("any value")
+        if schema is True or (isinstance(schema, dict) and set(schema) <= _ANNOTATIONS):
+            return self._free_json("any")
         if not isinstance(schema, dict):
             raise _Unbounded("not a schema")
         if "$ref" in schema:
@@ -140,7 +172,13 @@ class _Measure:
             return self._object(schema, depth)
         raise _Unbounded(f"type {kind}")
 
+    def _free_json(self, kind: str) -> Cost:
+        self.met_free = True
+        return free_cost(kind, self.free.depth, self.free.members)
+
     def _array(self, schema: dict[str, Any], depth: int) -> Cost:
+        if not {"items", "prefixItems", "minItems", "maxItems"} & set(schema):
+            return self._free_json("array")
         if "prefixItems" in schema or not isinstance(schema.get("items"), dict):
             raise _Unbounded("an array of anything")
         count = int(schema.get("maxItems", max(self.items, schema.get("minItems", 0))))
@@ -150,6 +188,9 @@ class _Measure:
         return item.times(count) + Cost(2 + 2 * (count - 1))  # "[", "]", ", " between items
 
     def _object(self, schema: dict[str, Any], depth: int) -> Cost:
+        if not {"properties", "required", "additionalProperties", "patternProperties", "minProperties",
+                "maxProperties", "propertyNames"} & set(schema):
+            return self._free_json("object")
         if schema.get("additionalProperties") not in (None, False) or "patternProperties" in schema:
             raise _Unbounded("an object with free properties")
         properties = schema.get("properties") or {}
@@ -160,6 +201,19 @@ class _Measure:
 
 
 _SCALAR_BYTES = {"integer": INTEGER_BYTES, "number": NUMBER_BYTES, "boolean": 5, "null": 4}
+_FREE_SCALAR = Cost(NUMBER_BYTES).most(Cost(2, 1))  # a number, a string, true, false or null
+
+
+def free_cost(kind: str, depth: int, members: int) -> Cost:
+    """The worst-case size of free JSON of `kind` ("any", "object" or "array") nested at most `depth` deep, with at
+    most `members` in each array or object, as json_grammar's free_json_rules write it."""
+    if depth == 0:
+        return _FREE_SCALAR
+    inner = free_cost("any", depth - 1, members)
+    separators = Cost(2 + 2 * (members - 1))  # "[" and "]" (or braces), ", " between members
+    array = inner.times(members) + separators
+    members_object = (Cost(2, 1) + Cost(2) + inner).times(members) + separators  # a key, ": ", its value
+    return {"array": array, "object": members_object}.get(kind) or _most((_FREE_SCALAR, array, members_object))
 
 
 def _most(costs: Iterable[Cost]) -> Cost:

@@ -9,7 +9,9 @@ string whose schema sets no constraint of its own, at most STRING_SEGMENT charac
 STRING_ESCAPES escapes (such as `\n`), so a code snippet of 256 lines fits but a loop must end.
 
 Given an output budget, the bounds are tightened until no JSON the grammar allows is longer than the budget in
-bytes (server/constraints/json_budget.py), so an answer always closes within `max_output_tokens`.
+bytes (server/constraints/json_budget.py), so an answer always closes within `max_output_tokens`: JSON a schema
+leaves free (`json_object`, `{}`) is then nested at most a few levels deep with a few members in each array or object
+(free_json_rules).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from server.constraints.json_budget import budget_bounds, with_open_arrays_bounded
+from server.constraints.json_budget import FreeShape, budget_bounds, with_open_arrays_bounded
 from server.constraints.schema_shape import SchemaShapeError, check_shape
 
 # xgrammar's converter writes unbounded repetitions for a number's digits; these bound them.
@@ -35,6 +37,8 @@ STRING_ESCAPES = 256  # escapes (`\n`, `\"`, ...) in one string
 # It is replaced by plain-character segments between escapes, each a counted character class: a counted
 # alternation of characters and escapes would be as strict but costs xgrammar ~80 ms per token to mask.
 _BASIC_STRING = re.compile(r"^basic_string ::= .*$", re.MULTILINE)
+# xgrammar's rules for free JSON (any value, any object, any array), replaced under a budget by free_json_rules.
+_FREE_JSON = re.compile(r"^basic_(any|array|object) ::= .*$\n?", re.MULTILINE)
 # xgrammar's character of a string with a length bound (minLength, maxLength) refuses only `"`, `\\`, CR and LF, so
 # a raw tab or another control character, which JSON forbids in a string (json.loads refuses it), passes. Ours
 # refuses U+0000-U+001F as basic_string does.
@@ -81,6 +85,24 @@ def string_rules_within(content_bytes: int) -> str:
     return _string_rules(first, escapes, segment)
 
 
+def free_json_rules(shape: FreeShape) -> str:
+    """Free JSON nested at most `shape.depth` arrays or objects deep, with at most `shape.members` in each: the
+    levels are rules of their own (`basic_any_2` holds arrays and objects of `basic_any_1`), as json_budget's
+    free_cost measures them."""
+    more = shape.members - 1
+    rules = ["basic_any ::= basic_any_%d" % shape.depth, "basic_array ::= basic_array_%d" % shape.depth,
+             "basic_object ::= basic_object_%d" % shape.depth,
+             "basic_any_0 ::= basic_number | basic_string | basic_boolean | basic_null"]
+    for level in range(1, shape.depth + 1):
+        inner, member = f"basic_any_{level - 1}", f'basic_string ":" " "? basic_any_{level - 1}'
+        rules += [
+            f"basic_any_{level} ::= basic_any_0 | basic_array_{level} | basic_object_{level}",
+            f'basic_array_{level} ::= ("[" {inner} ("," " "? {inner}){{0, {more}}} "]") | ("[" "]")',
+            f'basic_object_{level} ::= ("{{" {member} ("," " "? {member}){{0, {more}}} "}}") | ("{{" "}}")',
+        ]
+    return "\n".join(rules) + "\n"
+
+
 class SchemaError(ValueError):
     """The JSON schema cannot be turned into a grammar."""
 
@@ -95,11 +117,11 @@ def json_grammar(schema: dict[str, Any], budget: int | None = None) -> str:
     bounds = budget_bounds(schema, budget) if budget is not None else None
     if bounds is None:
         return _grammar(json.dumps(schema), UNBUDGETED_STRING_BYTES)  # key order kept, as the schema declares
-    return _grammar(json.dumps(with_open_arrays_bounded(schema, bounds.max_items)), bounds.string_bytes)
+    return _grammar(json.dumps(with_open_arrays_bounded(schema, bounds.max_items)), bounds.string_bytes, bounds.free)
 
 
 @lru_cache(maxsize=512)
-def _grammar(schema_json: str, string_bytes: int) -> str:
+def _grammar(schema_json: str, string_bytes: int, free: FreeShape | None = None) -> str:
     import xgrammar
 
     try:
@@ -110,4 +132,6 @@ def _grammar(schema_json: str, string_bytes: int) -> str:
     for unbounded, bounded in (*_BOUNDED_DIGITS, _BOUNDED_STRING_CHARACTER):
         grammar = grammar.replace(unbounded, bounded)
     grammar = _SEPARATOR.sub(lambda match: f'"{match[1]}" " "?', grammar)
+    if free is not None:
+        grammar = _FREE_JSON.sub("", grammar) + free_json_rules(free)
     return _BASIC_STRING.sub(lambda _: string_rules_within(string_bytes), grammar, count=1)

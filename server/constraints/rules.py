@@ -7,6 +7,7 @@ from typing import Any
 
 from parsers.tools import CUSTOM_TOOL_PARAMETERS, ToolSpec, ToolTable
 from server.constraints.custom_grammar import custom_tool_grammar
+from server.constraints.json_budget import is_bounded
 from server.constraints.json_grammar import ANY_OBJECT, SchemaError, json_grammar
 from server.constraints.schema_shape import SchemaShapeError, check_shape
 from server.errors import RequestError
@@ -191,7 +192,8 @@ def _arguments_schema(tool: ToolSpec, definition: dict[str, Any]) -> tuple[dict[
     """The schema a call's arguments follow when constrained, and whether the tool asked for that always.
 
     A function whose `strict` is true must have a schema the grammar can enforce (else a 400); any other
-    tool's schema is used when it can be, else any JSON object.
+    tool's schema is used when it can be enforced and bounded (so a call closes within the output budget), else any
+    JSON object: a non-strict schema is guidance, as OpenAI treats it.
     """
     if tool.kind == "custom":
         return CUSTOM_TOOL_PARAMETERS, False
@@ -204,7 +206,7 @@ def _arguments_schema(tool: ToolSpec, definition: dict[str, Any]) -> tuple[dict[
             raise RequestError(f"The parameters of strict function {tool.model_name!r} cannot be enforced: {exc}",
                            param="tools") from exc
         return ANY_OBJECT, False
-    return schema, strict
+    return (schema, strict) if strict or is_bounded(schema) else (ANY_OBJECT, False)
 
 
 def _check_schema(schema: dict[str, Any], param: str) -> None:
