@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="use only this transport (repeatable; default: all three)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds for one request")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="send vLLM's `seed` with every request, so a model samples the same output each run "
+                             "(a server that takes no `seed`, such as OpenAI's, refuses it)")
     parser.add_argument("--parallel", action="store_true",
                         help="run each scenario on its transports at once (faster; the requests then share the engine)")
     return parser
@@ -94,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     url = args.url.rstrip("/")
-    endpoint = Endpoint(url if url.endswith("/v1") else url + "/v1", args.api_key, args.model or "", args.timeout)
+    endpoint = Endpoint(url if url.endswith("/v1") else url + "/v1", args.api_key, args.model or "", args.timeout,
+                        extra={"seed": args.seed} if args.seed is not None else {})
     if not endpoint.model:
         endpoint.model = endpoint.get("/models")["data"][0]["id"]
     outcomes = run_checks(endpoint, args.scenario or list(SCENARIOS), args.transport or TRANSPORTS, args.parallel)

@@ -177,8 +177,8 @@ def warmup_then_turn(t: Transport) -> None:
 
 
 def background_cancel(t: Transport, endpoint: Endpoint) -> None:
-    started = endpoint.post("/responses", {"model": endpoint.model, "input": "Write a long story.",
-                                           "background": True, "max_output_tokens": 2000})
+    started = endpoint.post("/responses", endpoint.request({"input": "Write a long story.", "background": True,
+                                                             "max_output_tokens": 2000}))
     expect(started.status_code == 200, f"status {started.status_code}: {started.text[:300]}")
     response_id = started.json()["id"]
     cancelled = endpoint.post(f"/responses/{response_id}/cancel", {})

@@ -34,6 +34,7 @@ class Endpoint:
     api_key: str
     model: str
     timeout: float = 600.0
+    extra: dict[str, Any] = field(default_factory=dict)  # sent in every request for a response (e.g. a `seed`)
     http: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
@@ -47,6 +48,10 @@ class Endpoint:
 
     def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
         return self.http.post(path, json=body)
+
+    def request(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A request for a response: the model and the extra fields, then the scenario's own."""
+        return {"model": self.model, **self.extra, **body}
 
 
 class Transport(Protocol):
@@ -65,7 +70,7 @@ class JsonTransport:
     name: str = "http"
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        response = self.endpoint.post("/responses", {"model": self.endpoint.model, **body})
+        response = self.endpoint.post("/responses", self.endpoint.request(body))
         expect(response.status_code == 200, f"status {response.status_code}: {response.text[:300]}")
         final = response.json()
         check_response(final)
@@ -82,7 +87,7 @@ class SseTransport:
     name: str = "sse"
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        request = {"model": self.endpoint.model, **body, "stream": True}
+        request = {**self.endpoint.request(body), "stream": True}
         with self.endpoint.http.stream("POST", "/responses", json=request) as response:
             expect(response.status_code == 200, f"status {response.status_code}: {response.read()[:300]!r}")
             events = list(_sse_events(response.iter_lines()))
@@ -107,7 +112,7 @@ class WebSocketTransport:
             for body in bodies:
                 if body.get("previous_response_id") == "PREVIOUS":
                     body = {**body, "previous_response_id": finals[-1]["id"]}
-                connection.send({"type": "response.create", "model": self.endpoint.model, **body})
+                connection.send({"type": "response.create", **self.endpoint.request(body)})
                 events = []
                 while not events or events[-1]["type"] not in TERMINAL:
                     event = connection.recv().to_dict()

@@ -367,6 +367,7 @@ class ResponsesRequest(_Lenient):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    seed: int | None = Field(default=None, ge=0, lt=2**63)  # not OpenAI's: vLLM's, so that sampling is repeatable
     tools: list[dict[str, Any]] = Field(default_factory=list)
     tool_choice: Any = "auto"  # checked against the tools when the output rules are made
     parallel_tool_calls: bool = True

@@ -26,6 +26,7 @@ from tests.test_e2e import RunningServer
 pytestmark = pytest.mark.e2e
 MODEL = "gpt-oss"
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB; the tiny model needs little
+SEEDED = {"seed": 7}  # random weights sample from a fixed sequence: the same tokens every run
 
 
 def _serve(checkpoint: Path, log: Path, *flags: str) -> RunningServer:
@@ -45,7 +46,8 @@ def gpt_oss(tiny_gpt_oss: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 def run_check(base_url: str, *flags: str) -> dict[str, Any]:
     """`responses-server check URL --json --parallel`, as a user runs it (each scenario on its transports at once)."""
-    done = subprocess.run([sys.executable, "-m", "server", "check", base_url, "--json", "--parallel", *flags],
+    done = subprocess.run([sys.executable, "-m", "server", "check", base_url, "--json", "--parallel", "--seed", "7",
+                           *flags],
                           capture_output=True, text=True, timeout=1200)
     report = json.loads(done.stdout)
     failures = [r for r in report["results"] if not r["passed"]]
@@ -76,7 +78,8 @@ def test_a_forced_mcp_call_on_the_tiny_gpt_oss(gpt_oss: RunningServer) -> None:
             # random weights reasoned at length and then wrote long numbers: the call was cut by the budget)
             model=MODEL, input="Add 2 and 3.", max_output_tokens=256, tool_choice={"type": "mcp", "server_label": "calc",
                                                                                     "name": "add"},
-            tools=[{"type": "mcp", "server_label": "calc", "server_url": mcp.url, "require_approval": "never"}])
+            tools=[{"type": "mcp", "server_label": "calc", "server_url": mcp.url, "require_approval": "never"}],
+            extra_body=SEEDED)
     kinds = [item.type for item in response.output]
     assert kinds[0] == "mcp_list_tools" and "mcp_call" in kinds, kinds
     call = response.output[kinds.index("mcp_call")]
@@ -94,7 +97,8 @@ def test_a_forced_web_search_on_the_tiny_gpt_oss(gpt_oss: RunningServer) -> None
     """gpt-oss's own browser: in the system message as it was trained, its call held by the grammar, run on the
     operator's browser tool server."""
     response = gpt_oss.client.responses.create(model=MODEL, input="Search for harmony.", max_output_tokens=256,
-                                               tools=[{"type": "web_search"}], tool_choice={"type": "web_search"})
+                                               tools=[{"type": "web_search"}], tool_choice={"type": "web_search"},
+                                               extra_body=SEEDED)
     searches = [item for item in response.output if item.type == "web_search_call"]
     assert searches and searches[0].status == "completed", response.output
     recording = [r for r in read_recordings(gpt_oss.log.parent / "engine.jsonl")][-2]

@@ -107,6 +107,17 @@ def test_the_default_output_cap_applies_when_the_request_sets_none(served: tuple
     assert engine.requests[-1].sampling.max_tokens == 3
 
 
+def test_a_seed_reaches_the_engine(served: tuple[ScriptedEngine, str]) -> None:
+    """vLLM's `seed` (not OpenAI's): the tests' random-weight models sample the same tokens every run."""
+    engine, base_url = served
+    _post(base_url, seed=1234)
+    assert engine.requests[-1].sampling.seed == 1234
+    _post(base_url)
+    assert engine.requests[-1].sampling.seed is None
+    response = httpx.post(f"{base_url}/responses", json={"model": MODEL, "input": "hi", "seed": -1}, timeout=30)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "seed"
+
+
 def test_out_of_range_penalties_are_a_400(served: tuple[ScriptedEngine, str]) -> None:
     _, base_url = served
     response = httpx.post(f"{base_url}/responses", json={"model": MODEL, "input": "hi", "presence_penalty": 3},

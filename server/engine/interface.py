@@ -24,6 +24,7 @@ class SamplingSettings:
     repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    seed: int | None = None  # the request's own random sequence: the same prompt and seed sample the same tokens
     logprobs: int | None = None  # None: not requested; k: the chosen token plus k alternatives
     stop_token_ids: tuple[int, ...] = ()
     banned_token_ids: tuple[int, ...] = ()  # never sampled (ids past the model's vocabulary are ignored)

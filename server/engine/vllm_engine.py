@@ -220,7 +220,7 @@ def _sampling_params(request: EngineRequest, vocab_size: int) -> Any:
         "detokenize": False,  # we decode incrementally ourselves, identically for live and replayed output
         "logprobs": sampling.logprobs,
     }
-    for key in (*SAMPLING_DEFAULT_KEYS, "presence_penalty", "frequency_penalty"):
+    for key in (*SAMPLING_DEFAULT_KEYS, "presence_penalty", "frequency_penalty", "seed"):
         if getattr(sampling, key) is not None:
             options[key] = getattr(sampling, key)
     if sampling.stop_token_ids:

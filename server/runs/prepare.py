@@ -278,7 +278,7 @@ def _constraints(path: ModelPath, conversation: ResponsesRequest, rendered: Rend
 def sampling_values(body: ResponsesRequest, defaults: dict[str, float]) -> dict[str, Any]:
     """The request's own sampling values, else the model's defaults (generation_config.json), as vLLM serves them."""
     values: dict[str, Any] = {key: defaults.get(key) for key in SAMPLING_DEFAULT_KEYS}
-    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "seed"):
         if getattr(body, key) is not None:
             values[key] = getattr(body, key)
     return values
