@@ -3,6 +3,7 @@ a calculator, a tool that fails, a local-corpus search and a Python runner (in a
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -61,15 +62,38 @@ def tools_server() -> Any:
 
 @dataclass
 class RecordingApp:
-    """An ASGI app that keeps the headers of every HTTP request it forwards (to check what reached the server)."""
+    """An ASGI app that keeps the headers of every HTTP request it forwards and the JSON-RPC methods their bodies
+    ask for (to check what reached the server)."""
 
     app: Any
     headers: list[dict[str, str]] = field(default_factory=list)
+    methods: list[str] = field(default_factory=list)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            self.headers.append({key.decode().lower(): value.decode() for key, value in scope["headers"]})
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        self.headers.append({key.decode().lower(): value.decode() for key, value in scope["headers"]})
+        body = bytearray()
+
+        async def recorded() -> Any:
+            message = await receive()
+            if message["type"] == "http.request":
+                body.extend(message.get("body", b""))
+                if not message.get("more_body"):
+                    self.methods.extend(_methods(bytes(body)))
+            return message
+
+        await self.app(scope, recorded, send)
+
+
+def _methods(body: bytes) -> list[str]:
+    """The JSON-RPC methods of a request body (one message, or a batch)."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return []
+    messages = parsed if isinstance(parsed, list) else [parsed]
+    return [message["method"] for message in messages if isinstance(message, dict) and "method" in message]
 
 
 @dataclass
@@ -78,6 +102,10 @@ class RunningMcp:
 
     url: str
     recorder: RecordingApp
+
+    def listings(self) -> int:
+        """The `tools/list` requests the server has received."""
+        return self.recorder.methods.count("tools/list")
 
     def authorizations(self) -> list[str]:
         return [headers["authorization"] for headers in self.recorder.headers if "authorization" in headers]

@@ -131,6 +131,24 @@ def test_a_chained_turn_does_not_list_again(served: Harness, tokenizer: Any) -> 
     assert [item["type"] for item in stateless.json()["output"]] == ["mcp_call", "message"]
 
 
+def test_an_mcp_server_is_listed_once_per_response_however_many_calls_and_never_on_a_chained_turn(
+        served: Harness, tokenizer: Any, mcp: RunningMcp) -> None:
+    """Counted on the MCP server's side: the mcp SDK's `call_tool` listed the tools again in each call's session
+    (to check its output schema), so a response with three calls listed four times."""
+    calls = [script(tokenizer, call_text("calc__add", {"a": n, "b": n})) for n in (1, 2, 3)]
+    served.play(*calls, script(tokenizer, "Done."))
+    before = mcp.listings()
+    first = served.post(input="Add three times.", tools=[mcp_tool(mcp.url)]).json()
+    assert [item["type"] for item in first["output"]] == ["mcp_list_tools", *["mcp_call"] * 3, "message"]
+    assert [call["output"] for call in first["output"][1:4]] == ["2", "4", "6"]
+    assert mcp.listings() - before == 1
+    served.play(script(tokenizer, call_text("calc__add", {"a": 4, "b": 4})), script(tokenizer, "8"))
+    second = served.post(input="and 4+4?", tools=[mcp_tool(mcp.url)], previous_response_id=first["id"]).json()
+    assert [item["type"] for item in second["output"]] == ["mcp_call", "message"]
+    assert second["output"][0]["output"] == "8"
+    assert mcp.listings() - before == 1, "a chained turn lists nothing"
+
+
 def test_approval_then_approve_runs_the_call_with_its_request_id(served: Harness, tokenizer: Any) -> None:
     served.play(script(tokenizer, call_text("calc__add", {"a": 20, "b": 22})), script(tokenizer, "It is 42."))
     tool = mcp_tool(require_approval="always")

@@ -1,5 +1,10 @@
 """Talking to an MCP server with the official `mcp` SDK: list its tools, call one; each within a time bound, with
-the request's headers, following no redirect off the server's origin, its output bounded."""
+the request's headers, following no redirect off the server's origin, its output bounded.
+
+A response lists a server once (or not at all, when its history holds the listing); a call never lists again. The
+SDK's `Client.call_tool` lists the tools in the call's own session to check the result against the tool's output
+schema, so the call is sent as a plain `tools/call` request: the model reads the result as text either way.
+"""
 
 from __future__ import annotations
 
@@ -45,13 +50,21 @@ async def call_tool(server: McpServer, name: str, arguments: str, settings: McpS
     try:
         async with asyncio.timeout(settings.connect_seconds + settings.call_seconds):
             async with _client(server, settings) as client:
-                result = await client.call_tool(name, values)
+                result = await _called(client, name, values)
     except Exception as exc:
         return ToolResult(error=_error(exc, settings.connect_seconds + settings.call_seconds))
     blocks = [block.model_dump(mode="json", exclude_none=True) for block in result.content]
     if result.is_error:
         return ToolResult(error={"type": "mcp_tool_execution_error", "content": blocks})
     return ToolResult(output=_bounded(_text(blocks, result.structured_content), settings.max_output_bytes))
+
+
+async def _called(client: Any, name: str, arguments: dict[str, Any]) -> Any:
+    """`tools/call` in the client's session, and its `CallToolResult`: no listing before or after it."""
+    import mcp_types
+
+    request = mcp_types.CallToolRequest(params=mcp_types.CallToolRequestParams(name=name, arguments=arguments))
+    return await client.session.send_request(request, mcp_types.CallToolResult)
 
 
 def _client(server: McpServer, settings: McpSettings) -> AbstractAsyncContextManager[Any]:
