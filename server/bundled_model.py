@@ -15,6 +15,12 @@ BUNDLED_MODEL_NAME = "SmolLM2-135M-Instruct"
 # Its output cap when a request sets none: a sampled answer of this tiny model can run until its context is full
 # (1,500 tokens and two minutes for a weather question); capped, a plain request ends in seconds.
 BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS = 512
+# Its serving defaults beside its generation_config.json (temperature 0.2, top_p 0.9), for requests that leave them
+# unset: at those alone it looped until the cap on 8 of 20 "What is the capital of France?" and 18 of 20 answers under
+# a system prompt; with this penalty on its own output, 0 of 40 each (bench/first_answers.py). vLLM's
+# repetition_penalty also penalizes the prompt's words: at 1.3, 18 of 40 capital answers rambled to the cap.
+# An operator's --sampling-defaults wins, key by key.
+BUNDLED_SAMPLING_DEFAULTS: dict[str, float] = {"frequency_penalty": 0.5}
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DONE_MARKER = ".converted"
 # Bumped whenever the conversion's output changes, so cached checkpoints are redone.

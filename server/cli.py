@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -11,7 +12,8 @@ from typing import Sequence
 
 from server.attachments.media import MAX_REQUEST_PIXELS
 from server.attachments.work_pool import WorkLimits
-from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS
+from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS, BUNDLED_SAMPLING_DEFAULTS
+from server.engine.interface import SAMPLING_KEYS
 from server.launch import build_app, serve
 from server.tools.mcp_servers import DEFAULT_CALL_SECONDS, DEFAULT_CONNECT_SECONDS, DEFAULT_MAX_OUTPUT_BYTES
 from server.webhooks.sender import WebhookSettings
@@ -23,6 +25,19 @@ def mcp_server_flag(value: str) -> tuple[str, str]:
     if not label or not url.startswith(("http://", "https://")):
         raise argparse.ArgumentTypeError(f"expected LABEL=URL with an http(s) URL, got {value!r}")
     return label, url
+
+
+def sampling_defaults(value: str) -> dict[str, float]:
+    """`--sampling-defaults '{"frequency_penalty": 0.5}'`."""
+    try:
+        values = json.loads(value)
+    except ValueError:
+        values = None
+    if not isinstance(values, dict) or not all(key in SAMPLING_KEYS and isinstance(number, (int, float))
+                                               and not isinstance(number, bool) for key, number in values.items()):
+        raise argparse.ArgumentTypeError(f"expected a JSON object of numbers for {', '.join(SAMPLING_KEYS)}, "
+                                         f"got {value!r}")
+    return dict(values)
 
 
 def tool_server_flag(value: str) -> tuple[str, str]:
@@ -128,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cap the output of a request that sets no max_output_tokens (default: none, or "
                              f"{BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS} for the bundled model, which can ramble until its "
                              "context is full)")
+    server.add_argument("--sampling-defaults", type=sampling_defaults, default=None, metavar="JSON",
+                        help="sampling values for requests that leave them unset, before the model's "
+                             "generation_config.json: a JSON object of " + ", ".join(SAMPLING_KEYS) + " (default: "
+                             "none, or " + json.dumps(BUNDLED_SAMPLING_DEFAULTS) + " for the bundled model, which "
+                             "loops without it; its keys are replaced by yours)")
     server.add_argument("--no-websocket", dest="websocket", action="store_false",
                         help="turn WebSocket mode off: an upgrade on /v1/responses gets a 426, and clients such as "
                         "Codex fall back to HTTP")

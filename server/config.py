@@ -25,6 +25,8 @@ class ServerConfig:
     max_concurrent_requests: int | None = None  # responses generating at once; past it, 429
     send_timeout_seconds: float | None = 60.0  # a stream whose client reads nothing for this long is ended
     default_max_output_tokens: int | None = None  # the cap of a request that sets no max_output_tokens
+    # Sampling values for requests that leave them unset, before the model's generation_config.json's
+    sampling_defaults: dict[str, float] = field(default_factory=dict)
     allowed_media_domains: tuple[str, ...] = ()  # hosts image URLs may be fetched from (none: data URLs only)
     websocket: bool = True  # WebSocket mode on GET /v1/responses (off: an upgrade gets 426, clients fall back to HTTP)
     websocket_max_seconds: float = 3600.0  # a connection's lifetime, as OpenAI's; then it ends with an error

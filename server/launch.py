@@ -11,7 +11,7 @@ from typing import Any
 
 from parsers.registry import check_reasoning_parser
 from server.attachments.work_pool import WorkLimits
-from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS
+from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS, BUNDLED_SAMPLING_DEFAULTS
 from server.config import ServerConfig
 from server.history.sealing import sealer_from
 from server.http.auth import api_keys
@@ -37,6 +37,7 @@ def resolve_model(args: argparse.Namespace) -> None:
             args.served_model_name = [BUNDLED_MODEL_NAME]
         if args.default_max_output_tokens is None:
             args.default_max_output_tokens = BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS
+        args.sampling_defaults = {**BUNDLED_SAMPLING_DEFAULTS, **(args.sampling_defaults or {})}
 
 
 def served_name(args: argparse.Namespace) -> str:
@@ -158,6 +159,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         max_concurrent_requests=args.max_concurrent_requests,
         send_timeout_seconds=args.send_timeout,
         default_max_output_tokens=args.default_max_output_tokens,
+        sampling_defaults=dict(args.sampling_defaults or {}),
         allowed_media_domains=tuple(getattr(args, "allowed_media_domains", None) or ()),  # vLLM's flag, read too
         websocket=args.websocket,
         websocket_max_seconds=args.websocket_max_seconds,

@@ -118,6 +118,23 @@ def test_a_seed_reaches_the_engine(served: tuple[ScriptedEngine, str]) -> None:
     assert response.status_code == 400 and response.json()["error"]["param"] == "seed"
 
 
+def test_the_servers_sampling_defaults_sit_between_the_request_and_the_model(tokenizer: Any) -> None:
+    """--sampling-defaults (the bundled model's frequency penalty): over the model's generation_config.json, under
+    the request's own fields, and echoed as applied."""
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(tokenizer.encode("Paris."), cuts=[1])],
+                            sampling_defaults={"temperature": 0.2, "top_p": 0.9})
+    config = ServerConfig(served_model_name=MODEL, sampling_defaults={"frequency_penalty": 0.5, "top_p": 0.8})
+    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids())
+    with serve_in_thread(create_app(context)) as base_url:
+        body = _post(base_url)
+        applied = engine.requests[-1].sampling
+        assert (applied.temperature, applied.top_p, applied.frequency_penalty) == (0.2, 0.8, 0.5)
+        assert (body["temperature"], body["top_p"], body["frequency_penalty"]) == (0.2, 0.8, 0.5)
+        body = _post(base_url, frequency_penalty=0, top_p=1.0)
+        assert (engine.requests[-1].sampling.frequency_penalty, engine.requests[-1].sampling.top_p) == (0, 1.0)
+        assert (body["frequency_penalty"], body["top_p"]) == (0, 1.0)
+
+
 def test_out_of_range_penalties_are_a_400(served: tuple[ScriptedEngine, str]) -> None:
     _, base_url = served
     response = httpx.post(f"{base_url}/responses", json={"model": MODEL, "input": "hi", "presence_penalty": 3},

@@ -10,6 +10,8 @@ EngineFinish = Literal["stop", "length", "abort", "error"]
 
 # The sampling settings a model's generation_config.json may set, which apply when a request does not.
 SAMPLING_DEFAULT_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+# The sampling settings a server may default (--sampling-defaults): the model's, and the penalties on the output.
+SAMPLING_KEYS = (*SAMPLING_DEFAULT_KEYS, "presence_penalty", "frequency_penalty")
 
 
 @dataclass(frozen=True)

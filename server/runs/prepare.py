@@ -13,7 +13,7 @@ from openai.types.responses import Response, ResponseCompactionItem, ResponseOut
 from server.history.compaction import compacted_response, summary_request
 from server.constraints.rules import OutputRules, check_schemas, output_rules
 from server.history.conversation import since_last_compaction, stored_input_items, validated_items, with_history
-from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, SamplingSettings
+from server.engine.interface import SAMPLING_KEYS, EngineRequest, SamplingSettings
 from server.errors import DependencyFailed, GenerationFailed, NotFound, RequestError
 from server.attachments.files import read_files
 from server.attachments.media import checked_images, decoded_images
@@ -210,7 +210,7 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
         logprobs=logprobs,
         structural_tag=structural_tag,
         thinking_token_budget=path.thinking_budget(rules),
-        **sampling_values(body, engine.sampling_defaults),
+        **sampling_values(body, {**engine.sampling_defaults, **context.config.sampling_defaults}),
     )
     settings = response_settings(body, served, sampling, cap)
     seal = reasoning_sealer(context.sealer) if body.wants_encrypted_reasoning() else None
@@ -276,8 +276,9 @@ def _constraints(path: ModelPath, conversation: ResponsesRequest, rendered: Rend
 
 
 def sampling_values(body: ResponsesRequest, defaults: dict[str, float]) -> dict[str, Any]:
-    """The request's own sampling values, else the model's defaults (generation_config.json), as vLLM serves them."""
-    values: dict[str, Any] = {key: defaults.get(key) for key in SAMPLING_DEFAULT_KEYS}
+    """The request's own sampling values, else the defaults (the server's, then the model's generation_config.json,
+    as vLLM serves them)."""
+    values: dict[str, Any] = {key: defaults.get(key) for key in SAMPLING_KEYS}
     for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "seed"):
         if getattr(body, key) is not None:
             values[key] = getattr(body, key)
