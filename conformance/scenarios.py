@@ -70,6 +70,19 @@ def json_schema(t: Transport) -> None:
         raise AssertionError(f"the answer is not JSON of the schema: {answer[:200]!r} ({exc})") from exc
 
 
+def json_object(t: Transport) -> None:
+    """JSON mode: any JSON object, which closes within the budget even when the model samples freely."""
+    final = t.create({"input": "Describe Paris as JSON.", "text": {"format": {"type": "json_object"}},
+                      "temperature": 1.0, "max_output_tokens": 120})
+    _status(final, "completed")
+    answer = _last(final, "message")["content"][0]["text"]
+    try:
+        parsed = json.loads(answer)
+    except ValueError as exc:
+        raise AssertionError(f"the answer is not JSON: {answer[:200]!r} ({exc})") from exc
+    expect(isinstance(parsed, dict), f"the answer is JSON but not an object: {answer[:200]!r}")
+
+
 def tool_required(t: Transport) -> None:
     _call(t.create({"input": "Weather in Paris?", "tools": [WEATHER, TIME], "tool_choice": "required",
                     "max_output_tokens": 400}), "get_weather", "get_time")
@@ -192,6 +205,7 @@ Scenario = Callable[..., None]
 SCENARIOS: dict[str, tuple[Scenario, tuple[str, ...] | None]] = {
     "text": (text, None),
     "json_schema": (json_schema, None),
+    "json_object": (json_object, None),
     "tool_required": (tool_required, None),
     "tool_named": (tool_named, None),
     "allowed_tools": (allowed_tools, None),

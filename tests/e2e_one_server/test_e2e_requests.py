@@ -151,6 +151,55 @@ def test_tool_choice_streams_arguments_before_each_call_is_done(server: RunningS
         jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
 
 
+LOOSE_PARAMETERS = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"}},
+                    "required": ["code"]}  # no bound limits a pattern: a non-strict call writes a bounded object
+CONSTRAINED = {  # what each kind asks, and the schema its JSON must follow
+    "json_object": ({"text": {"format": {"type": "json_object"}}}, {"type": "object"}),
+    "json_schema": ({"text": {"format": {"type": "json_schema", "name": "city", "strict": True,
+                                         "schema": City.model_json_schema()}}}, City.model_json_schema()),
+    "strict required": ({"tools": [{**TOOLS[0], "strict": True}], "tool_choice": "required"}, WEATHER_PARAMETERS),
+    "named": ({"tools": TOOLS, "tool_choice": {"type": "function", "name": "get_time"}}, TIME_PARAMETERS),
+    "loose required": ({"tools": [{"type": "function", "name": "lookup", "strict": False,
+                                   "parameters": LOOSE_PARAMETERS}], "tool_choice": "required"}, {"type": "object"}),
+}
+BUDGETS = (120, 240)  # City's keys and numbers alone may take 110 bytes: less cannot be promised
+SEEDS = (1, 2)
+
+
+def test_every_constrained_output_closes_within_its_budget(server: RunningServer) -> None:
+    """At temperature 1.0, at small budgets, with fixed seeds: every answer and call is JSON that validates, and
+    none ends incomplete with its JSON open (json_object's any-object ran to the budget's end, open)."""
+    cases = [(kind, budget, seed) for kind in CONSTRAINED for budget in BUDGETS for seed in SEEDS]
+
+    async def run() -> list[Any]:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=600)
+        return await asyncio.gather(*(client.responses.create(
+            model=MODEL, input="Describe Paris as JSON, or call a tool about it.", temperature=1.0,
+            max_output_tokens=budget, extra_body={"seed": seed}, **CONSTRAINED[kind][0]) for kind, budget, seed in cases))
+
+    for (kind, budget, seed), response in zip(cases, asyncio.run(run())):
+        where = f"{kind} at {budget} tokens, seed {seed}"
+        assert response.status == "completed", (where, response.output)
+        calls = [item for item in response.output if item.type == "function_call"]
+        text = calls[0].arguments if calls else response.output_text
+        jsonschema.validate(json.loads(text), CONSTRAINED[kind][1])
+
+
+def test_the_readmes_first_questions_do_not_loop(server: RunningServer) -> None:
+    """At the bundled model's serving defaults, as a newcomer asks (no budget but the server's cap): before its
+    repetition penalty, 8 in 20 capital questions and 18 in 20 answers under a system prompt looped to the cap."""
+    asks = [{"input": "What is the capital of France?"},
+            {"instructions": "You are a pirate. Answer like one.", "input": "Who are you?"}]
+
+    async def run() -> list[Any]:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=600)
+        return await asyncio.gather(*(client.responses.create(model=MODEL, extra_body={"seed": seed}, **ask)
+                                      for ask in asks for seed in range(5)))
+
+    results = asyncio.run(run())
+    assert sum(response.status == "incomplete" for response in results) <= 1, [r.output_text for r in results]
+
+
 def test_parallel_tool_calls_false_gives_one_call(server: RunningServer) -> None:
     results = _many(server, lambda client: client.responses.create(
         model=MODEL, input="Get the weather in Paris, in London and in Tokyo.", tools=TOOLS,
