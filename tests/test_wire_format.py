@@ -120,7 +120,7 @@ def test_a_seed_reaches_the_engine(served: tuple[ScriptedEngine, str]) -> None:
 
 def test_the_servers_sampling_defaults_sit_between_the_request_and_the_model(tokenizer: Any) -> None:
     """--sampling-defaults (the bundled model's frequency penalty): over the model's generation_config.json, under
-    the request's own fields, and echoed as applied."""
+    the request's own fields, and echoed as applied; a grammar's output is sampled without their penalties."""
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(tokenizer.encode("Paris."), cuts=[1])],
                             sampling_defaults={"temperature": 0.2, "top_p": 0.9})
     config = ServerConfig(served_model_name=MODEL, sampling_defaults={"frequency_penalty": 0.5, "top_p": 0.8})
@@ -133,6 +133,8 @@ def test_the_servers_sampling_defaults_sit_between_the_request_and_the_model(tok
         body = _post(base_url, frequency_penalty=0, top_p=1.0)
         assert (engine.requests[-1].sampling.frequency_penalty, engine.requests[-1].sampling.top_p) == (0, 1.0)
         assert (body["frequency_penalty"], body["top_p"]) == (0, 1.0)
+        _post(base_url, text={"format": {"type": "json_object"}})  # JSON repeats its punctuation: no default penalty
+        assert (engine.requests[-1].sampling.frequency_penalty, engine.requests[-1].sampling.top_p) == (None, 0.8)
 
 
 def test_out_of_range_penalties_are_a_400(served: tuple[ScriptedEngine, str]) -> None:

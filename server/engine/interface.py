@@ -12,6 +12,7 @@ EngineFinish = Literal["stop", "length", "abort", "error"]
 SAMPLING_DEFAULT_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 # The sampling settings a server may default (--sampling-defaults): the model's, and the penalties on the output.
 SAMPLING_KEYS = (*SAMPLING_DEFAULT_KEYS, "presence_penalty", "frequency_penalty")
+PENALTIES = ("repetition_penalty", "presence_penalty", "frequency_penalty")
 
 
 @dataclass(frozen=True)

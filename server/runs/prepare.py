@@ -11,9 +11,10 @@ from typing import Any, Awaitable, Callable, Mapping, MutableMapping
 from openai.types.responses import Response, ResponseCompactionItem, ResponseOutputItem
 
 from server.history.compaction import compacted_response, summary_request
+from server.config import ServerConfig
 from server.constraints.rules import OutputRules, check_schemas, output_rules
 from server.history.conversation import since_last_compaction, stored_input_items, validated_items, with_history
-from server.engine.interface import SAMPLING_KEYS, EngineRequest, SamplingSettings
+from server.engine.interface import PENALTIES, SAMPLING_KEYS, EngineRequest, SamplingSettings
 from server.errors import DependencyFailed, GenerationFailed, NotFound, RequestError
 from server.attachments.files import read_files
 from server.attachments.media import checked_images, decoded_images
@@ -210,7 +211,7 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
         logprobs=logprobs,
         structural_tag=structural_tag,
         thinking_token_budget=path.thinking_budget(rules),
-        **sampling_values(body, {**engine.sampling_defaults, **context.config.sampling_defaults}),
+        **sampling_values(body, {**engine.sampling_defaults, **serving_defaults(context.config, structural_tag)}),
     )
     settings = response_settings(body, served, sampling, cap)
     seal = reasoning_sealer(context.sealer) if body.wants_encrypted_reasoning() else None
@@ -273,6 +274,15 @@ def _constraints(path: ModelPath, conversation: ResponsesRequest, rendered: Rend
     """The output rules and their grammar (schema analysis and grammar text: in a thread, off the event loop)."""
     rules = output_rules(conversation, rendered.tools, tool_definitions(conversation), budget=budget)
     return rules, path.structural_tag(rules)
+
+
+def serving_defaults(config: ServerConfig, structural_tag: str | None) -> dict[str, float]:
+    """The server's sampling defaults (--sampling-defaults) for one output: a grammar's (JSON, a forced call) is
+    sampled without their penalties, as JSON repeats its quotes and commas by nature (a penalty on them made the
+    bundled model's forced python call run on until its budget)."""
+    if structural_tag is None:
+        return config.sampling_defaults
+    return {key: value for key, value in config.sampling_defaults.items() if key not in PENALTIES}
 
 
 def sampling_values(body: ResponsesRequest, defaults: dict[str, float]) -> dict[str, Any]:
