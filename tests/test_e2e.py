@@ -17,7 +17,7 @@ import psutil
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
-from server.bundled_model import BUNDLED_MODEL_NAME
+from server.bundled_model import BUNDLED_MODEL_NAME, BUNDLED_SAMPLING_DEFAULTS
 from server.engine.recording import read_recordings
 from tests.conftest import free_port, run_codex
 from tests.helpers import collapsed_types, without_volatile
@@ -176,7 +176,8 @@ def test_record_then_replay_gives_the_same_events(live: RunningServer, recording
     assert sum(len(step) for step in last.steps) == recorded[-1]["response"]["usage"]["output_tokens"]
     single = tmp_path / "one.jsonl"
     single.write_text(last.to_json() + "\n")
-    replay = RunningServer(["--model", str(bundled_model), "--served-model-name", MODEL,
+    replay = RunningServer(["--model", str(bundled_model), "--served-model-name", MODEL,  # as `live` serves it
+                            "--sampling-defaults", json.dumps(BUNDLED_SAMPLING_DEFAULTS),
                             "--replay-engine-output", str(single)], tmp_path / "replay.log")
     try:
         replayed = replay.raw_stream(input="Name three colors.", temperature=0, max_output_tokens=24)
