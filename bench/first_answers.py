@@ -24,6 +24,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "capital (curl, SDK)": {"input": "What is the capital of France?"},
     "hi (SDK stream)": {"input": "Hi!"},
     "system prompt": {"instructions": "You are a pirate. Answer like one.", "input": "Who are you?"},
+    "counting (temperature 0)": {"input": "Count from 1 to 300, separated by commas.", "temperature": 0,
+                                 "max_output_tokens": 120},
     "json_object": {"input": "Describe Paris as JSON.", "text": {"format": {"type": "json_object"}},
                     "max_output_tokens": 200, "temperature": 1.0},
 }

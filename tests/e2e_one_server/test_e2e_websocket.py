@@ -147,7 +147,7 @@ def test_two_lanes_run_at_once_and_one_lane_runs_in_order(server: RunningServer,
 
 def test_a_steer_stops_the_response_and_the_successor_reads_it(server: RunningServer, sdk_socket: SdkSocket, tokenizer: Any) -> None:
     socket = sdk_socket
-    socket.send({"type": "response.create", "model": MODEL, "store": False, "temperature": 0,
+    socket.send({"type": "response.create", "model": MODEL, "store": False, "temperature": 0, "frequency_penalty": 0,
                  "max_output_tokens": 200, "input": "Count from 1 to 100, separated by commas."})
     events = [socket.recv(timeout=300)]
     while events[-1]["type"] != "response.output_text.delta":
