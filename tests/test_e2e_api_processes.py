@@ -21,8 +21,9 @@ from tests.test_e2e import MODEL, RunningServer
 from conformance.contract import validate_events
 
 pytestmark = pytest.mark.e2e
-# No frequency penalty (the bundled model's serving default): counting repeats its commas to the end.
-COUNT = {"input": "Count from 1 to 300, separated by commas.", "temperature": 0, "frequency_penalty": 0}
+# Asked with no frequency penalty (the bundled model's serving default): counting repeats its commas to the end.
+COUNT = {"input": "Count from 1 to 300, separated by commas.", "temperature": 0}
+UNPENALIZED = {"frequency_penalty": 0}  # a body field the SDK takes as extra_body
 HEADER = "responses-server-process"
 
 
@@ -79,12 +80,14 @@ def test_created_through_one_read_and_chained_through_the_other(server: RunningS
 
 def test_followed_and_cancelled_through_the_other(server: RunningServer) -> None:
     zero, one = through(server, 0), through(server, 1)
-    followed = sdk(zero).responses.create(model=MODEL, background=True, max_output_tokens=60, **COUNT)
+    followed = sdk(zero).responses.create(model=MODEL, background=True, max_output_tokens=60, **COUNT,
+                                        extra_body=UNPENALIZED)
     with one.stream("GET", f"/responses/{followed.id}", params={"stream": "true"}) as reply:
         final = validate_events(events_of(parse_frames(reply.iter_lines())))
     assert final.status == "incomplete" and final.output_text.startswith("1")
 
-    started = sdk(zero).responses.create(model=MODEL, background=True, max_output_tokens=1500, **COUNT)
+    started = sdk(zero).responses.create(model=MODEL, background=True, max_output_tokens=1500, **COUNT,
+                                        extra_body=UNPENALIZED)
     time.sleep(2)  # generating in process 0
     assert sdk(one).responses.cancel(started.id).status == "cancelled"
     assert sdk(zero).responses.retrieve(started.id).status == "cancelled"
@@ -118,7 +121,7 @@ def test_sigterm_drains_both_processes_then_exits_zero(server: RunningServer) ->
 
     def stream(process: int) -> None:
         client = through(server, process)
-        body = {"model": MODEL, "stream": True, "max_output_tokens": 120, **COUNT}
+        body = {"model": MODEL, "stream": True, "max_output_tokens": 120, **COUNT, **UNPENALIZED}
         with client.stream("POST", "/responses", json=body) as reply:
             streams[process] = events_of(parse_frames(reply.iter_lines()))
         client.close()
