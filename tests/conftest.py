@@ -117,3 +117,21 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'responses.db'}"
     return request.getfixturevalue("postgres").new_database()
+
+
+SERVER_LOG_LINES = 80  # of each server's log, shown under a failed test that used it
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that used a running server (a fixture with a `log` file) shows the end of that log: what the
+    server and its engine printed is what CI keeps of a failure that happened inside them."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    for name, value in getattr(item, "funcargs", {}).items():
+        log = getattr(value, "log", None)
+        if isinstance(log, Path) and log.is_file():
+            tail = log.read_text(errors="replace").splitlines()[-SERVER_LOG_LINES:]
+            report.sections.append((f"server log of {name} ({log})", "\n".join(tail)))
