@@ -53,9 +53,12 @@ class ContentPart(_Lenient):
     """A part of a message's content; text parts carry `text`, refusals `refusal`."""
 
     type: Literal["input_text", "output_text", "text", "refusal", "summary_text", "reasoning_text",
-                  "input_image", "input_file", "input_audio"]
+                  "input_image", "input_file", "input_audio", "encrypted_content"]
     text: str | None = None
     refusal: str | None = None
+    # An encrypted_content part (Codex's tool outputs and agent messages) is sealed by another server: it reads as
+    # nothing, as this server holds no key to it.
+    encrypted_content: str | None = None
     image_url: str | None = None  # an input_image's (a data URL or a URL), checked when the image is decoded
     detail: Literal["low", "high", "auto", "original"] | None = None  # an input_image's; see server/attachments/media.py
     _file_text: str | None = PrivateAttr(default=None)  # an input_file's text (the part is stored as sent)
@@ -269,10 +272,11 @@ class ApplyPatchCallOutputItem(_Lenient):
 
 
 class WebSearchCallItem(_Lenient):
-    """An earlier browser call the server ran for gpt-oss (search, open a page, find in it)."""
+    """An earlier browser call the server ran for gpt-oss (search, open a page, find in it), or a search another
+    server ran (Codex sends those back without an id)."""
 
     type: Literal["web_search_call"]
-    id: ItemId
+    id: ItemId | None = None
     action: dict[str, Any] = Field(default_factory=dict)
     status: str | None = None
 
@@ -286,6 +290,104 @@ class CodeInterpreterCallItem(_Lenient):
     outputs: list[dict[str, Any]] | None = None
     container_id: str | None = None
     status: str | None = None
+
+
+class LocalShellCallItem(_Lenient):
+    """An earlier call of the `local_shell` tool (Codex's older shell): the client ran `action.command`."""
+
+    type: Literal["local_shell_call"]
+    call_id: str | None = None  # the Responses API's; Chat Completions' histories have only `id`
+    id: ItemId | None = None
+    status: str | None = None
+    action: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def answered_by(self) -> str:
+        """The id its output names."""
+        return self.call_id or self.id or ""
+
+
+class LocalShellCallOutputItem(_Lenient):
+    """What the client's shell printed for a `local_shell` call (`id` is the call's, as the Responses API has it)."""
+
+    type: Literal["local_shell_call_output"]
+    id: ItemId
+    output: str = ""
+    status: str | None = None
+
+
+class ToolSearchCallItem(_Lenient):
+    """An earlier search for tools by the model (Codex's `tool_search`), run by the client or another server."""
+
+    type: Literal["tool_search_call"]
+    call_id: str | None = None
+    id: ItemId | None = None
+    status: str | None = None
+    execution: str = ""
+    arguments: Any = None
+
+
+class ToolSearchOutputItem(_Lenient):
+    """The tools a tool search found: their definitions."""
+
+    type: Literal["tool_search_output"]
+    call_id: str | None = None
+    id: ItemId | None = None
+    status: str | None = None
+    execution: str = ""
+    tools: list[Any] = Field(default_factory=list)
+
+
+class ImageGenerationCallItem(_Lenient):
+    """An image another server generated: `result` is the image (base64), `revised_prompt` what it shows."""
+
+    type: Literal["image_generation_call"]
+    id: ItemId | None = None
+    status: str | None = None
+    revised_prompt: str | None = None
+    result: str | None = None
+
+
+class AgentMessageItem(_Lenient):
+    """A message between Codex's agents (`author` to `recipient`), in text or sealed parts."""
+
+    type: Literal["agent_message"]
+    id: ItemId | None = None
+    author: str = ""
+    recipient: str = ""
+    content: list[ContentPart] = Field(default_factory=list)
+
+
+class ContextCompactionItem(_Lenient):
+    """A compaction as OpenAI's newer servers name it; Codex may send it back with no content."""
+
+    type: Literal["context_compaction"]
+    id: ItemId | None = None
+    encrypted_content: str | None = None
+
+
+class CompactionTriggerItem(_Lenient):
+    """Codex's request control: compact the input before it into one `compaction` item (the response's output)."""
+
+    type: Literal["compaction_trigger"]
+    id: ItemId | None = None
+
+
+class AdditionalToolsItem(_Lenient):
+    """Tools Codex added to its history after a tool search."""
+
+    type: Literal["additional_tools"]
+    id: ItemId | None = None
+    role: str | None = None
+    tools: list[Any] = Field(default_factory=list)
+
+
+class ConfigurationUpdateItem(_Lenient):
+    """Codex's control for the backend at its place in the history (a reasoning effort from there on)."""
+
+    type: Literal["configuration_update"]
+    id: ItemId | None = None
+    reasoning: dict[str, Any] | None = None
 
 
 _ITEM_TYPES: dict[str, type[BaseModel]] = {
@@ -306,6 +408,16 @@ _ITEM_TYPES: dict[str, type[BaseModel]] = {
     "apply_patch_call_output": ApplyPatchCallOutputItem,
     "web_search_call": WebSearchCallItem,
     "code_interpreter_call": CodeInterpreterCallItem,
+    "local_shell_call": LocalShellCallItem,
+    "local_shell_call_output": LocalShellCallOutputItem,
+    "tool_search_call": ToolSearchCallItem,
+    "tool_search_output": ToolSearchOutputItem,
+    "image_generation_call": ImageGenerationCallItem,
+    "agent_message": AgentMessageItem,
+    "context_compaction": ContextCompactionItem,
+    "compaction_trigger": CompactionTriggerItem,
+    "additional_tools": AdditionalToolsItem,
+    "configuration_update": ConfigurationUpdateItem,
 }
 
 

@@ -21,6 +21,8 @@ from typing import Any, Iterator, Literal, Union, get_args, get_origin, get_type
 import httpx
 import psutil
 
+from tests.codex_shapes import codex_item_seeds
+
 HEALTH_BOUND = 2.0  # seconds: what /health may take while a costly input is served (an idle answer takes ~ms)
 RSS_BOUND = 400 * 2**20  # bytes the server process may grow by while one costly input is served
 WRONG_VALUES: list[Any] = [None, 7, -1, 2**63, 1.5, True, "", "x", "\x00", [], [7], ["x"], [{}], {}, {"a": 1},
@@ -117,6 +119,7 @@ def sdk_item_seeds() -> list[dict[str, Any]]:
         {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c1", "output": "ok"},
         {"type": "custom_tool_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "ok"}]},
+        *codex_item_seeds(),
     ]
     return seeds
 

@@ -10,6 +10,7 @@ from typing import Any, Awaitable, Callable, Mapping, MutableMapping
 
 from openai.types.responses import Response, ResponseCompactionItem, ResponseOutputItem
 
+from server.history.codex_items import rendered_codex_items
 from server.history.compaction import compacted_response, summary_request
 from server.config import ServerConfig
 from server.constraints.rules import OutputRules, check_schemas, output_rules
@@ -125,7 +126,7 @@ async def conversation_of(context: ServingContext, body: ResponsesRequest,
                           earlier: Mapping[str, StoredResponse] | None = None) -> ResponsesRequest:
     """The request with its stored history before it (from its last compaction on) and sealed items opened: what
     the model sees."""
-    history = since_last_compaction(await with_history(body, context.store, earlier))
+    history = since_last_compaction(rendered_codex_items(await with_history(body, context.store, earlier)))
     conversation = open_sealed_items(history, context.sealer)
     await read_files(conversation, body, context.file_texts)
     return conversation

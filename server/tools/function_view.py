@@ -13,12 +13,16 @@ from server.requests import (
     CodeInterpreterCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,
+    LocalShellCallItem,
+    LocalShellCallOutputItem,
     McpApprovalRequestItem,
     McpApprovalResponseItem,
     McpCallItem,
     McpListToolsItem,
     ShellCallItem,
     ShellCallOutputItem,
+    ToolSearchCallItem,
+    ToolSearchOutputItem,
     WebSearchCallItem,
 )
 from server.tools.builtins import BROWSER, PYTHON
@@ -28,7 +32,8 @@ from streaming.items import ToolResult
 NOT_APPROVED = "The user did not approve this call: it was not run."
 _MCP_ITEMS = (McpCallItem, McpListToolsItem, McpApprovalRequestItem, McpApprovalResponseItem)
 _SHOWN_AS_FUNCTIONS = (*_MCP_ITEMS, ShellCallItem, ShellCallOutputItem, ApplyPatchCallItem, ApplyPatchCallOutputItem,
-                       WebSearchCallItem, CodeInterpreterCallItem)
+                       WebSearchCallItem, CodeInterpreterCallItem, LocalShellCallItem, LocalShellCallOutputItem,
+                       ToolSearchCallItem, ToolSearchOutputItem)
 RESULTS_NOT_KEPT = "(The results of this search were shown in an earlier response; they are not kept.)"
 
 
@@ -42,10 +47,12 @@ def function_items(items: list[Any], results: Mapping[str, str] = MappingProxyTy
     if not any(isinstance(item, _SHOWN_AS_FUNCTIONS) for item in items):
         return items
     out: list[Any] = []
-    for item in items:
+    search = ""  # the last tool search's call id: a search's output names it, or follows it
+    for index, item in enumerate(items):
         if isinstance(item, WebSearchCallItem):
             name, arguments = _browser_call(item.action)
-            out += _call_and_output(item.id, BROWSER, name, arguments, results.get(item.id, RESULTS_NOT_KEPT))
+            call_id = item.id or f"ws_input_{index}"  # Codex sends back other servers' searches without an id
+            out += _call_and_output(call_id, BROWSER, name, arguments, results.get(call_id, RESULTS_NOT_KEPT))
         elif isinstance(item, CodeInterpreterCallItem):
             logs = "\n".join(str(output.get("logs") or "") for output in item.outputs or [] if isinstance(output, dict))
             out += _call_and_output(item.id, "", PYTHON, json.dumps({"code": item.code or ""}),
@@ -54,6 +61,15 @@ def function_items(items: list[Any], results: Mapping[str, str] = MappingProxyTy
             out.append(_call(item.call_id, "shell", json.dumps(item.action)))
         elif isinstance(item, ShellCallOutputItem):
             out.append(_output(item.call_id, shell_output_text(item.output)))
+        elif isinstance(item, LocalShellCallItem):
+            out.append(_call(item.answered_by, "local_shell", json.dumps(item.action)))
+        elif isinstance(item, LocalShellCallOutputItem):
+            out.append(_output(item.id, item.output))
+        elif isinstance(item, ToolSearchCallItem):
+            search = item.call_id or item.id or f"tsc_input_{index}"
+            out.append(_call(search, "tool_search", json.dumps(item.arguments)))
+        elif isinstance(item, ToolSearchOutputItem):
+            out.append(_output(item.call_id or search, json.dumps(_tools_found(item.tools))))
         elif isinstance(item, ApplyPatchCallItem):
             out.append(_call(item.call_id, "apply_patch", json.dumps(item.operation)))
         elif isinstance(item, ApplyPatchCallOutputItem):
@@ -72,6 +88,17 @@ def function_items(items: list[Any], results: Mapping[str, str] = MappingProxyTy
 
 def _call_and_output(call_id: str, label: str, name: str, arguments: str, output: str) -> list[Any]:
     return [_call(call_id, name, arguments, label or None), _output(call_id, output)]
+
+
+def _tools_found(tools: list[Any]) -> list[dict[str, Any]]:
+    """What the model reads of the tools a search found: each one's name and description (namespaces' members too);
+    their schemas are the client's to offer in `tools` if it wants them called."""
+    found: list[dict[str, Any]] = []
+    for tool in tools:
+        if isinstance(tool, dict):
+            found.append({key: tool[key] for key in ("name", "description") if isinstance(tool.get(key), str)})
+            found += _tools_found(tool.get("tools") or [])
+    return found
 
 
 def _browser_call(action: dict[str, Any]) -> tuple[str, str]:
