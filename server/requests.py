@@ -554,6 +554,11 @@ class ResponsesRequest(_Lenient):
             return [MessageItem(role="user", content=self.input)] if self.input else []
         return list(self.input)
 
+    def asks_compaction(self) -> bool:
+        """The input ends with Codex's `compaction_trigger`: the response is the input before it, compacted."""
+        items = self.input_items()
+        return bool(items) and isinstance(items[-1], CompactionTriggerItem)
+
     def wants_logprobs(self) -> bool:
         return LOGPROBS_INCLUDE in (self.include or []) or bool(self.top_logprobs)
 

@@ -105,3 +105,46 @@ def test_below_the_threshold_nothing_is_compacted(harness: Harness, tokenizer: A
     assert SUMMARY_INSTRUCTION not in tokenizer.decode(harness.engine.requests[-1].prompt_token_ids)
     bad = harness.post(input="hi", context_management=[{"type": "compaction", "compact_threshold": 5}])
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "context_management[0].compact_threshold"
+
+
+TRIGGER = {"type": "compaction_trigger"}
+
+
+def test_a_compaction_trigger_makes_the_response_one_compaction_item(harness: Harness,  # noqa: F811
+                                                                     tokenizer: Any) -> None:
+    """Codex's remote compaction: the history, then `compaction_trigger`, in an ordinary request; the output is one
+    `compaction` item, the response completed (streamed and not, stored and not); Codex then sends its user messages,
+    the item, and its next message."""
+    for stream, store in ((True, False), (False, True)):
+        harness.play(say(tokenizer, "Cat: Miso, three years old."))
+        body = {"input": [*HISTORY, TRIGGER], "store": store, "tools": [], "parallel_tool_calls": True}
+        final = validate_events(harness.raw_stream(**body)) if stream else harness.client.responses.create(
+            model=MODEL, **body)
+        assert final.status == "completed" and [item.type for item in final.output] == ["compaction"]
+        summary_prompt = tokenizer.decode(harness.engine.requests[-1].prompt_token_ids)
+        assert SUMMARY_INSTRUCTION in summary_prompt and "She is three years old." in summary_prompt
+        warmed = tokenizer.decode(harness.engine.prefilled[-1].prompt_token_ids)  # the next turn's context, computed
+        assert "Cat: Miso, three years old." in warmed and "A lovely name." not in warmed
+        item = final.output[0].model_dump(exclude_none=True)
+        harness.play(say(tokenizer, "Miso."))
+        answer = harness.client.responses.create(model=MODEL, input=[
+            HISTORY[0], HISTORY[2], item, {"role": "user", "content": "Her name?"}])
+        prompt = tokenizer.decode(harness.engine.requests[-1].prompt_token_ids)
+        assert answer.output_text == "Miso." and "Cat: Miso, three years old." in prompt and "Her name?" in prompt
+        assert "A lovely name." not in prompt and prompt.startswith(warmed[:len(warmed) // 2])
+
+
+def test_a_compaction_trigger_over_a_websocket(harness: Harness, tokenizer: Any) -> None:  # noqa: F811
+    """As Codex's built-in provider sends it: over its WebSocket, then the next turn on the same connection."""
+    from tests.test_websocket import Socket, checked
+
+    harness.play(say(tokenizer, "Cat: Miso, three years old."), say(tokenizer, "Miso."))
+    socket = Socket(harness.base_url)
+    socket.send({"type": "response.create", "model": MODEL, "input": [*HISTORY, TRIGGER], "store": False})
+    final = validate_events(checked(socket.until_terminal()))
+    assert final.status == "completed" and [item.type for item in final.output] == ["compaction"]
+    socket.send({"type": "response.create", "model": MODEL, "store": False, "input": [
+        HISTORY[0], HISTORY[2], final.output[0].model_dump(exclude_none=True), {"role": "user", "content": "Name?"}]})
+    answer = validate_events(checked(socket.until_terminal()))
+    assert answer.output_text == "Miso."
+    assert "Cat: Miso, three years old." in tokenizer.decode(harness.engine.requests[-1].prompt_token_ids)

@@ -101,6 +101,7 @@ class ResponseRun:
     max_tool_calls: int | None = None  # generation stops (completed) after the call that reaches this
     slot: Slot | None = None  # this run's place under --max-concurrent-requests, released when it ends
     generate: bool = True  # False: the response is prepared (rendered, validated) and completes with no output
+    # (but the step before it: a compaction asked for is the response's only output)
     before: Callable[[], Awaitable[Continuation]] | None = None  # a step before generation, which it continues from
     hosted: HostedPasses | None = None  # the tools the server runs between passes (MCP servers)
 
@@ -222,7 +223,7 @@ class ResponseRun:
     async def _events(self) -> AsyncIterator[ResponseStreamEvent]:
         for event in self.builder.start():
             yield event
-        if not self.generate:
+        if not self.generate and self.before is None:
             for event in self._finish(await self._prefill()):
                 yield event
             return
@@ -250,6 +251,8 @@ class ResponseRun:
         for event in self.builder.add_item(continuation.item):
             yield event
         self._continue_as(continuation)
+        if not self.generate:  # the compaction is the response (Codex's compaction_trigger): the context it opens
+            self._outcome = await self._prefill()  # into is computed, for the turn that goes on from it
 
     async def _hosted_start(self) -> AsyncIterator[ResponseStreamEvent]:
         """The MCP servers listed for this response, then the calls the client approved (the first pass goes on

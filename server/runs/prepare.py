@@ -54,15 +54,17 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
     if unavailable is not None and not (body.stream or body.background or earlier is not None):
         raise DependencyFailed(unavailable.error or "", param="tools")  # a stream says it with its events
     fetched = await images_fetched(context, conversation, body)
-    run = await prepare_run(context, conversation, body, fetched, hosted)
+    compacting = body.asks_compaction()  # the response is one compaction item (the run is never generated from)
+    run = await prepare_run(context, conversation.model_copy(update={"truncation": "auto"}) if compacting
+                            else conversation, body, fetched, hosted)
     loop = HostedLoop(context, hosted, conversation, body, fetched) if hosted.runs_tools else None
     run.hosted = loop
     engine, _ = context.started()
-    if run.request.images:
+    if run.request.images and not compacting:
         check_expanded_fits(await engine.prompt_length(run.request), engine.max_model_len)
-    run.generate = generate
+    run.generate = generate and not compacting
     threshold = body.compact_threshold(engine.max_model_len)
-    if threshold is not None and len(run.request.prompt_token_ids) > threshold:
+    if compacting or (threshold is not None and len(run.request.prompt_token_ids) > threshold):
         run.before = _compacting(context, conversation, body, fetched, hosted, loop)
     link = ConversationLink(context.store, body.conversation) if body.conversation and context.store else None
     keep_items = store is not None or link is not None or earlier is not None
