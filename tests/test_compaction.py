@@ -148,3 +148,17 @@ def test_a_compaction_trigger_over_a_websocket(harness: Harness, tokenizer: Any)
     answer = validate_events(checked(socket.until_terminal()))
     assert answer.output_text == "Miso."
     assert "Cat: Miso, three years old." in tokenizer.decode(harness.engine.requests[-1].prompt_token_ids)
+
+
+def test_a_compaction_trigger_compacts_a_history_larger_than_the_window(harness: Harness,  # noqa: F811
+                                                                        tokenizer: Any) -> None:
+    """Codex compacts when its history has outgrown the window, most of it in a few huge tool outputs."""
+    huge = [item for n in range(3) for item in (
+        {"type": "function_call", "call_id": f"c{n}", "name": "shell", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": f"c{n}", "output": f"line {n}\n" * 2000})]
+    history = [HISTORY[0], *huge, {"role": "user", "content": "Summarize the logs."}]
+    assert harness.post(input=history, store=False).status_code == 400  # as a turn, it does not fit
+    harness.play(say(tokenizer, "Three long logs were read."))
+    final = harness.client.responses.create(model=MODEL, input=[*history, TRIGGER], store=False)  # type: ignore[list-item]
+    assert final.status == "completed" and [item.type for item in final.output] == ["compaction"]
+    assert len(harness.engine.requests[-1].prompt_token_ids) < harness.engine.max_model_len
