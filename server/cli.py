@@ -148,6 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "generation_config.json: a JSON object of " + ", ".join(SAMPLING_KEYS) + " (default: "
                              "none, or " + json.dumps(BUNDLED_SAMPLING_DEFAULTS) + " for the bundled model, which "
                              "loops without it; its keys are replaced by yours)")
+    server.add_argument("--codex-model-info", type=Path, default=None, metavar="FILE",
+                        help="a JSON object of fields of the model's entry in Codex's catalog (GET /v1/models from "
+                             "Codex), over the ones the server derives (context_window, auto_compact_token_limit, "
+                             "input_modalities, base_instructions, ...)")
     server.add_argument("--no-websocket", dest="websocket", action="store_false",
                         help="turn WebSocket mode off: an upgrade on /v1/responses gets a 426, and clients such as "
                         "Codex fall back to HTTP")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from server.attachments.media import MAX_REQUEST_PIXELS
 from server.attachments.work_pool import WorkLimits
@@ -27,6 +28,7 @@ class ServerConfig:
     default_max_output_tokens: int | None = None  # the cap of a request that sets no max_output_tokens
     # Sampling values for requests that leave them unset, before the model's generation_config.json's
     sampling_defaults: dict[str, float] = field(default_factory=dict)
+    codex_model_info: dict[str, Any] = field(default_factory=dict)  # the operator's fields of Codex's catalog entry
     allowed_media_domains: tuple[str, ...] = ()  # hosts image URLs may be fetched from (none: data URLs only)
     websocket: bool = True  # WebSocket mode on GET /v1/responses (off: an upgrade gets 426, clients fall back to HTTP)
     websocket_max_seconds: float = 3600.0  # a connection's lifetime, as OpenAI's; then it ends with an error

@@ -12,6 +12,7 @@ from typing import Any
 from parsers.registry import check_reasoning_parser
 from server.attachments.work_pool import WorkLimits
 from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS, BUNDLED_SAMPLING_DEFAULTS
+from server.codex_catalog import read_overrides
 from server.config import ServerConfig
 from server.history.sealing import sealer_from
 from server.http.auth import api_keys
@@ -160,6 +161,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         send_timeout_seconds=args.send_timeout,
         default_max_output_tokens=args.default_max_output_tokens,
         sampling_defaults=dict(args.sampling_defaults or {}),
+        codex_model_info=read_overrides(args.codex_model_info) if args.codex_model_info else {},
         allowed_media_domains=tuple(getattr(args, "allowed_media_domains", None) or ()),  # vLLM's flag, read too
         websocket=args.websocket,
         websocket_max_seconds=args.websocket_max_seconds,

@@ -9,6 +9,7 @@ from typing import Callable
 from parsers.deltas import OutputText
 from server.attachments.files import FileTexts
 from server.attachments.work_pool import WorkPool
+from server.codex_catalog import ServedModel
 from server.config import ServerConfig
 from server.constraints.json_grammar import ANY_OBJECT
 from server.constraints.rules import OutputRules
@@ -64,6 +65,12 @@ class ServingContext:
     def input_modalities(self) -> tuple[str, ...]:
         """What the served model reads (text until the engine has started and said more)."""
         return self.engine.input_modalities if self.engine is not None else ("text",)
+
+    def served_model(self) -> ServedModel:
+        """What clients are told of the served model (Codex's catalog is made from it)."""
+        engine, path = self.started()
+        return ServedModel(self.config.served_model_name, engine.max_model_len, engine.input_modalities,
+                           path.reasoning_efforts, self.config.default_max_output_tokens)
 
     def webhook_sender(self) -> WebhookSender | None:
         """The sender of this process's share of webhook deliveries, when webhooks are configured (with a store)."""

@@ -86,16 +86,19 @@ def codex(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_codex(codex: Path, base_url: str, model: str, tmp_path: Path, prompt: str,
-              *flags: str, websockets: bool = False) -> subprocess.CompletedProcess[str]:
+              *flags: str, websockets: bool = False, catalog: bool = False) -> subprocess.CompletedProcess[str]:
     """`codex exec --json PROMPT` against `base_url`, in a fresh Codex home and an empty work directory; with
-    `websockets`, the provider says `supports_websockets = true` (Codex then talks over one WebSocket)."""
+    `websockets`, the provider says `supports_websockets = true` (Codex then talks over one WebSocket); with
+    `catalog`, the key comes from a command, as the README shows (Codex then reads the server's model catalog)."""
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
     work.mkdir(exist_ok=True)
+    key = ('\n[model_providers.local.auth]\ncommand = "printenv"\nargs = ["LOCAL_API_KEY"]\n' if catalog
+           else 'env_key = "LOCAL_API_KEY"\n')
     (home / "config.toml").write_text(
         f'model = "{model}"\nmodel_provider = "local"\n\n[model_providers.local]\nname = "responses-server"\n'
-        f'base_url = "{base_url}"\nwire_api = "responses"\nenv_key = "LOCAL_API_KEY"\n'
-        f'supports_websockets = {str(websockets).lower()}\n')
+        f'base_url = "{base_url}"\nwire_api = "responses"\n'
+        f'supports_websockets = {str(websockets).lower()}\n{key}')
     return subprocess.run([str(codex), "exec", "--skip-git-repo-check", "--json", *flags, prompt],
                           cwd=work, env={**os.environ, "CODEX_HOME": str(home), "LOCAL_API_KEY": "x"},
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)

@@ -190,10 +190,14 @@ def test_record_then_replay_gives_the_same_events(live: RunningServer, recording
 
 
 def test_codex_exec_text_turn_completes(live: RunningServer, codex: Path, tmp_path: Path) -> None:
-    run = run_codex(codex, live.base_url, MODEL, tmp_path, "Say hello in one word.")
+    """Codex configured as the README shows it, its key from a command: it reads the server's catalog (so it knows
+    the window) and says nothing of missing model metadata."""
+    run = run_codex(codex, live.base_url, MODEL, tmp_path, "Say hello in one word.", catalog=True)
     events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     kinds = [event["type"] for event in events]
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "metadata" not in run.stdout + run.stderr, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "refresh available models" not in run.stderr, run.stderr[-2000:]  # the catalog was fetched and read
     assert "turn.completed" in kinds and "turn.failed" not in kinds, run.stdout[-2000:]
     usage = next(event["usage"] for event in events if event["type"] == "turn.completed")
     assert usage["input_tokens"] > 1000 and usage["output_tokens"] > 0  # Codex's prompt fits the context

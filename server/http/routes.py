@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.types import Receive
 
+from server.codex_catalog import catalog as codex_catalog
 from server.http.bodies import json_object
 from server.http.context import serving_context
 from server.http.disconnect import client_gone, while_connected
@@ -30,7 +31,10 @@ async def health() -> dict[str, str]:
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, Any]:
+    """The OpenAI list; Codex (which asks with `client_version`) gets its own catalog, which tells it the window."""
     context = serving_context(request)
+    if "client_version" in request.query_params:
+        return codex_catalog(context.served_model(), context.config.codex_model_info)
     model = {"id": context.config.served_model_name, "object": "model", "created": context.started_at,
              "owned_by": "responses-server", "input_modalities": list(context.input_modalities())}
     return {"object": "list", "data": [model]}

@@ -27,6 +27,8 @@ class RenderedPrompt:
 class ModelPath(Protocol):
     """Chat-template models and harmony (gpt-oss) models differ only behind this interface."""
 
+    reasoning_efforts: tuple[str, ...]  # the `reasoning.effort` values the model is told (none: it is not)
+
     def render(self, request: ResponsesRequest) -> RenderedPrompt: ...
 
     def structural_tag(self, rules: OutputRules) -> str | None:

@@ -28,6 +28,8 @@ from server.requests import ResponsesRequest
 class ChatTemplatePath:
     """The tokenizer's chat template in, reasoning/tool-call parsers over decoded text out."""
 
+    reasoning_efforts: tuple[str, ...] = ()  # a template may read `reasoning_effort`; none promises to
+
     def __init__(self, tokenizer: Any, config: ServerConfig, image_placeholder: str | None = None) -> None:
         self._tokenizer = tokenizer
         self._config = config

@@ -40,6 +40,8 @@ def harmony_encoding() -> Any:
 class HarmonyPath:
     """Renders requests as harmony conversations and parses output token by token."""
 
+    reasoning_efforts = ("low", "medium", "high")  # harmony's system message says which
+
     def __init__(self, config: ServerConfig, today: datetime.date | None = None) -> None:
         self._config = config
         self._encoding = harmony_encoding()
