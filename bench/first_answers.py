@@ -43,7 +43,7 @@ class Tally:
 
 async def run_example(client: AsyncOpenAI, model: str, name: str, runs: int, extra: dict[str, Any]) -> Tally:
     body = EXAMPLES[name]
-    responses = await asyncio.gather(*(client.responses.create(model=model, **EXAMPLES[name], extra_body=extra)
+    responses = await asyncio.gather(*(client.responses.create(model=model, **body, extra_body=extra)
                                        for _ in range(runs)))
     tally = Tally(name, tokens=[])
     for response in responses:

@@ -17,13 +17,12 @@ import pytest
 from openai import OpenAI
 
 from tests.sse import events_of, parse_frames
-from tests.test_e2e import MODEL, RunningServer
+from tests.test_e2e import MODEL, UNPENALIZED, RunningServer
 from conformance.contract import validate_events
 
 pytestmark = pytest.mark.e2e
 # Asked with no frequency penalty (the bundled model's serving default): counting repeats its commas to the end.
 COUNT = {"input": "Count from 1 to 300, separated by commas.", "temperature": 0}
-UNPENALIZED = {"frequency_penalty": 0}  # a body field the SDK takes as extra_body
 HEADER = "responses-server-process"
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.invariants import RUNNING, violations
 from tests.sse import events_of, parse_frames
-from tests.test_e2e import MODEL, RunningServer
+from tests.test_e2e import MODEL, UNPENALIZED, RunningServer
 
 pytestmark = pytest.mark.e2e
 LEASE = 4.0
@@ -61,14 +61,14 @@ class Clients:
     def stream(self, server: RunningServer, tokens: int) -> None:
         with httpx.stream("POST", f"{server.base_url}/responses", timeout=300, json={
                 "model": MODEL, "input": COUNT, "stream": True, "max_output_tokens": tokens, "temperature": 0,
-                "frequency_penalty": 0}) as r:
+                **UNPENALIZED}) as r:
             r.raise_for_status()
             self.saw(events_of(parse_frames(r.iter_lines())))
 
     def background_followed(self, server: RunningServer, follower: RunningServer, tokens: int) -> None:
         started = httpx.post(f"{server.base_url}/responses", timeout=60, json={
             "model": MODEL, "input": COUNT, "background": True, "max_output_tokens": tokens, "temperature": 0,
-            "frequency_penalty": 0})
+            **UNPENALIZED})
         started.raise_for_status()
         response_id = started.json()["id"]
         with self._lock:

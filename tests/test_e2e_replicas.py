@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.sse import events_of, parse_frames
-from tests.test_e2e import MODEL, RunningServer
+from tests.test_e2e import MODEL, UNPENALIZED, RunningServer
 from tests.test_metrics import scrape, value
 from conformance.contract import validate_events
 
@@ -20,7 +20,6 @@ pytestmark = pytest.mark.e2e
 BLOCK = 128  # vLLM's cache block on CPU: prefixes are cached in whole blocks
 # Asked with no frequency penalty (the bundled model's serving default): counting repeats its commas to the end.
 COUNT = {"input": "Count from 1 to 300, separated by commas.", "temperature": 0}
-UNPENALIZED = {"frequency_penalty": 0}  # a body field the SDK takes as extra_body
 
 
 @pytest.fixture(scope="module")

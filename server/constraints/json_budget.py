@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Iterable
 
 from server.constraints.schema_shape import with_subschemas_mapped
@@ -103,8 +104,14 @@ def budget_bounds(schema: dict[str, Any], budget: int) -> Bounds | None:
 
 
 def is_bounded(schema: dict[str, Any]) -> bool:
-    """Whether some bounds keep every JSON valid against `schema` within some budget."""
-    return budget_bounds(schema, _STRING_CEILING) is not None
+    """Whether some bounds keep every JSON valid against `schema` within some budget (asked of every non-strict
+    tool of every request: each schema is measured once)."""
+    return _is_bounded(json.dumps(schema, sort_keys=True))
+
+
+@lru_cache(maxsize=1024)
+def _is_bounded(schema_json: str) -> bool:
+    return budget_bounds(json.loads(schema_json), _STRING_CEILING) is not None
 
 
 def with_open_arrays_bounded(schema: Any, max_items: int) -> Any:
