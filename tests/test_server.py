@@ -349,3 +349,13 @@ def test_non_streaming_client_that_goes_away_aborts(harness: Harness, tokenizer:
         assert harness.engine_aborted_last_request()
     finally:
         harness.engine.step_delay = 0.0
+
+
+def test_every_answer_carries_a_request_id(harness: Harness, tokenizer: Any) -> None:
+    """`x-request-id`, as OpenAI sends it: what a user quotes when something went wrong (Codex logs it)."""
+    harness.play(steps_from_tokens(answer_tokens(tokenizer, "Hi."), cuts=[1]))
+    answers = [harness.post(input="Hi"), harness.post(input=[{"type": "nonsense"}]),
+               httpx.get(f"{harness.base_url}/responses/resp_missing", timeout=30), httpx.get(f"{harness.base_url}/models")]
+    assert [answer.status_code for answer in answers] == [200, 400, 404, 200]
+    ids = [answer.headers.get("x-request-id") or "" for answer in answers]
+    assert all(request_id.startswith("req_") for request_id in ids) and len(set(ids)) == len(ids), ids

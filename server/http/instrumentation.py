@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import secrets
 
 from fastapi import FastAPI
 from prometheus_client import make_asgi_app
@@ -38,6 +39,27 @@ class RequestMetrics:
             HTTP_REQUESTS.labels(scope["method"], getattr(route, "path", "unmatched"), str(status)).inc()
 
 
+class RequestIds:
+    """Gives every HTTP answer an `x-request-id` (`req_` and 32 hex digits), as OpenAI does: what a user quotes when
+    something went wrong."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = (b"x-request-id", f"req_{secrets.token_hex(16)}".encode())
+
+        async def naming_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        await self.app(scope, receive, naming_send)
+
+
 class ProcessHeader:
     """Names the API process that answered (`responses-server-process: N`) when several share the port."""
 
@@ -59,10 +81,12 @@ class ProcessHeader:
 
 
 def install(app: FastAPI, process: int | None) -> None:
-    """Serve the registry at `/metrics`, count requests and, with several API processes, name the one answering."""
+    """Serve the registry at `/metrics`, count requests, give each an id and, with several API processes, name the one
+    answering."""
     metrics = Mount("/metrics", make_asgi_app(registry=metrics_registry()))
     metrics.path_regex = re.compile("^/metrics(?P<path>.*)$")  # `/metrics` itself, without a redirect to `/metrics/`
     app.router.routes.append(metrics)
     app.add_middleware(RequestMetrics)
+    app.add_middleware(RequestIds)
     if process is not None:
         app.add_middleware(ProcessHeader, process=process)
