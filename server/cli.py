@@ -136,7 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--mcp-max-output-bytes", type=int, default=DEFAULT_MAX_OUTPUT_BYTES, metavar="N",
                         help="an MCP call's output past this is cut, and says so (default 1 MiB)")
     server.add_argument("--max-concurrent-requests", type=int, default=None, metavar="N",
-                        help="at most N responses generate at once; more are a 429 with Retry-After (default: no cap)")
+                        help="at most N responses generate at once; past it, a request waits --admission-wait "
+                             "seconds for a place, then is a 429 with Retry-After (default: no cap)")
+    server.add_argument("--admission-wait", type=float, default=30.0, metavar="SECONDS",
+                        help="how long a request past --max-concurrent-requests waits for a place before its 429 "
+                             "(default 30; Codex ends its thread on a 429, so a wait serves it better; 0: at once)")
     server.add_argument("--send-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="end a stream whose client has read nothing for this long (default 60)")
     server.add_argument("--default-max-output-tokens", type=int, default=None, metavar="N",

@@ -158,6 +158,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         harmony=args.harmony,
         max_body_bytes=args.max_body_bytes,
         max_concurrent_requests=args.max_concurrent_requests,
+        admission_wait_seconds=args.admission_wait,
         send_timeout_seconds=args.send_timeout,
         default_max_output_tokens=args.default_max_output_tokens,
         sampling_defaults=dict(args.sampling_defaults or {}),

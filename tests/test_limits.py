@@ -8,6 +8,7 @@ import logging
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Iterator
 
 import httpx
@@ -17,6 +18,7 @@ from server.config import ServerConfig
 from server.http.app import create_app
 from server.serving import ServingContext
 from server.http.event_stream import event_stream
+from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.test_server import MODEL, Harness, answer_tokens
@@ -115,3 +117,26 @@ def test_a_lone_surrogate_is_a_400_and_a_pair_is_text(limited: Harness, tokenize
     pair = httpx.post(f"{limited.base_url}/responses", timeout=30, headers={"content-type": "application/json"},
                       content='{"model": "%s", "input": "smile \\ud83d\\ude00"}' % MODEL)
     assert pair.status_code == 200
+
+
+def test_past_the_cap_a_request_waits_for_a_place_when_the_server_lets_it(tokenizer: Any) -> None:
+    """`--admission-wait`: a request past the cap waits (up to the wait) for a running one to end, then runs: Codex
+    treats a 429 as the end of its thread, so a busy server should make it wait rather than refuse it."""
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(answer_tokens(tokenizer), list(range(1, 40)))],
+                            step_delay=0.05)
+    config = ServerConfig(served_model_name=MODEL, max_concurrent_requests=1, admission_wait_seconds=20)
+    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids())
+    with serve_in_thread(create_app(context)) as base_url:
+        waiting = Harness(engine, base_url)
+        with ThreadPoolExecutor(3) as pool:
+            answers = list(pool.map(lambda n: waiting.post(input=f"request {n}"), range(3)))
+        assert [answer.status_code for answer in answers] == [200, 200, 200], [a.text[:200] for a in answers]
+        assert all(answer.json()["status"] == "completed" for answer in answers)
+    config = ServerConfig(served_model_name=MODEL, max_concurrent_requests=1, admission_wait_seconds=0.3)
+    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids())
+    engine.step_delay = 0.2  # each answer takes seconds: a wait of 0.3 s ends in a 429
+    with serve_in_thread(create_app(context)) as base_url:
+        waiting = Harness(engine, base_url)
+        with ThreadPoolExecutor(2) as pool:
+            statuses = sorted(answer.status_code for answer in pool.map(lambda n: waiting.post(input=f"r{n}"), range(2)))
+        assert statuses == [200, 429]

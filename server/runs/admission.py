@@ -1,5 +1,5 @@
-"""The responses running in this process: a cap on how many at once (past it, a 429 with Retry-After), and the
-means to stop them all at shutdown."""
+"""The responses running in this process: a cap on how many at once (past it, a request waits for a place up to
+a bound, then is a 429 with Retry-After), and the means to stop them all at shutdown."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ class Slot:
 
     def release(self) -> None:
         self.admission.slots.discard(self)
+        self.admission.freed.set()  # a waiting request looks again
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Admission:
     limit: int | None = None
     slots: set[Slot] = field(default_factory=set)
     draining: bool = False
+    freed: asyncio.Event = field(default_factory=asyncio.Event)  # set when a place is given back
 
     @property
     def active(self) -> int:
@@ -58,6 +60,22 @@ class Admission:
         slot = Slot(self)
         self.slots.add(slot)
         return slot
+
+    async def admit_within(self, seconds: float) -> Slot:
+        """A place, waiting up to `seconds` for one to be given back when all are taken (then Overloaded)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                return self.admit()
+            except Overloaded:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                self.freed.clear()
+                try:
+                    await asyncio.wait_for(self.freed.wait(), min(left, 1.0))  # and a look each second regardless
+                except asyncio.TimeoutError:
+                    pass
 
     async def drain(self, timeout: float, reason: str) -> int:
         """Admit no more; let running responses finish for `timeout` seconds, then stop the rest with `reason`.

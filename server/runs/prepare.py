@@ -69,7 +69,8 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
     link = ConversationLink(context.store, body.conversation) if body.conversation and context.store else None
     keep_items = store is not None or link is not None or earlier is not None
     input_items = stored_input_items(body, context.ids) if keep_items else []
-    run.slot = context.admission.admit()  # last: a request refused for any other reason takes no place
+    # last: a request refused for any other reason takes no place (nor waits for one)
+    run.slot = await context.admission.admit_within(context.config.admission_wait_seconds)
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
     mode = "background" if body.background else "stream" if body.stream else "json"
     mode = "websocket" if earlier is not None else mode
@@ -120,7 +121,7 @@ async def prepare_compaction(context: ServingContext, body: ResponsesRequest) ->
     summarizing = summary_request(conversation)
     run = await prepare_run(context, summarizing, summarizing,
                             await images_fetched(context, summarizing, summarizing))
-    run.slot = context.admission.admit()
+    run.slot = await context.admission.admit_within(context.config.admission_wait_seconds)
     return CompactionRun(StoredRun(run, None, keep_event_log=False), conversation, context)
 
 
