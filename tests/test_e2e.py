@@ -32,6 +32,9 @@ QUESTION = "What is the capital of France?"
 # answers early. A body field the SDK takes only as extra_body.
 UNPENALIZED = {"frequency_penalty": 0}
 START_TIMEOUT = 600
+# The engine's KV cache, in GiB, for servers the tests start: vLLM's CPU build otherwise takes about a quarter of
+# the machine's memory for each (5.7 GiB on 24), and the replica and chaos tests run two or three at once.
+TEST_KV_CACHE = {"VLLM_CPU_KVCACHE_SPACE": "3"}
 
 
 class RunningServer:
@@ -45,7 +48,8 @@ class RunningServer:
         for _ in range(3):  # a port picked free can be taken meanwhile (vLLM binds ports of its own)
             self.port = free_port()
             self.base_url = f"http://127.0.0.1:{self.port}/v1"
-            env = {**os.environ, "PYTHONUNBUFFERED": "1", "RESPONSES_SERVER_DATA": str(self.data_dir), **(env or {})}
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", "RESPONSES_SERVER_DATA": str(self.data_dir), **TEST_KV_CACHE,
+                   **(env or {})}
             advertised = ["--advertise-url", f"http://127.0.0.1:{self.port}"] if advertise else []
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "server", "--port", str(self.port), *advertised, *args],
