@@ -10,7 +10,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterator
 
 import httpx
 import psutil
@@ -104,6 +105,20 @@ class RunningServer:
             self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.process.kill()
+
+
+def start_together(*starts: Callable[[], RunningServer]) -> list[RunningServer]:
+    """Servers started at once, each in a thread (a start waits on its engine's processes, each busy on one core):
+    all of them, or an error once those that did start are stopped."""
+    with ThreadPoolExecutor(len(starts)) as pool:
+        futures = [pool.submit(start) for start in starts]
+    started = [future.result() for future in futures if future.exception() is None]
+    failures = [future.exception() for future in futures if future.exception() is not None]
+    if failures:
+        for server in started:
+            server.stop()
+        raise failures[0]  # type: ignore[misc]
+    return started
 
 
 @pytest.fixture(scope="module")

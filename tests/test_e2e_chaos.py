@@ -10,6 +10,7 @@ import glob
 import json
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 
 from tests.invariants import RUNNING, violations
 from tests.sse import events_of, parse_frames
-from tests.test_e2e import MODEL, UNPENALIZED, RunningServer
+from tests.test_e2e import MODEL, UNPENALIZED, RunningServer, start_together
 
 pytestmark = pytest.mark.e2e
 LEASE = 4.0
@@ -97,10 +98,10 @@ def test_outage_and_a_killed_replica_leave_the_store_consistent(postgres: Any, t
     servers: list[RunningServer] = []
     clients = Clients()
     try:
-        for name in "ab":  # started one by one, so a failed start still stops the other in `finally`
-            servers.append(RunningServer(["--store", store, "--replica-id", name, "--max-model-len", "2048",
-                                          "--lease-seconds", str(LEASE)], tmp_path / f"{name}.log",
-                                         data_dir=tmp_path / name, env=skewed_clock() if name == "b" else None))
+        servers += start_together(*(partial(  # both or neither: a failed start stops the other
+            RunningServer, ["--store", store, "--replica-id", name, "--max-model-len", "2048", "--lease-seconds",
+                            str(LEASE)], tmp_path / f"{name}.log", data_dir=tmp_path / name,
+            env=skewed_clock() if name == "b" else None) for name in "ab"))
         a, b = servers
         ahead = httpx.post(f"{b.base_url}/responses", timeout=120,
                            json={"model": MODEL, "input": "hi", "max_output_tokens": 1}).json()

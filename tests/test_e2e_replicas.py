@@ -5,6 +5,7 @@ alternately to A and B find their prefix in the cache of the replica that holds 
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from tests.sse import events_of, parse_frames
-from tests.test_e2e import MODEL, UNPENALIZED, RunningServer
+from tests.test_e2e import MODEL, UNPENALIZED, RunningServer, start_together
 from tests.test_metrics import scrape, value
 from conformance.contract import validate_events
 
@@ -26,8 +27,8 @@ COUNT = {"input": "Count from 1 to 300, separated by commas.", "temperature": 0}
 def replicas(postgres: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, RunningServer]]:
     store = postgres.new_database()
     logs = tmp_path_factory.mktemp("replicas")
-    servers = [RunningServer(["--store", store, "--replica-id", name, "--max-model-len", "2048"],
-                             logs / f"{name}.log", data_dir=logs / name, advertise=True) for name in ("a", "b")]
+    servers = start_together(*(partial(RunningServer, ["--store", store, "--replica-id", name, "--max-model-len", "2048"],
+                                       logs / f"{name}.log", data_dir=logs / name, advertise=True) for name in "ab"))
     deadline = time.monotonic() + 30  # each sees the other once both have beaten
     while not all(value(scrape(server.base_url), "responses_server_live_replicas") == 2 for server in servers):
         assert time.monotonic() < deadline, "the replicas never saw each other"

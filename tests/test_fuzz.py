@@ -1,4 +1,4 @@
-"""Fuzzing in the suite: a few hundred cases (`make fuzz` runs 10,000), every invariant checked on each."""
+"""Fuzzing in the suite: a hundred or so cases of each kind (`make fuzz` runs 10,000), every invariant checked on each."""
 
 from __future__ import annotations
 
@@ -24,27 +24,27 @@ def root() -> Iterator[str]:
 
 def test_schemathesis_over_every_operation(root: str) -> None:
     counts = Counts()
-    run_schemathesis(root, 15, counts)
-    assert counts.cases >= 300 and not counts.violations, "\n".join(counts.violations)
+    run_schemathesis(root, 8, counts)
+    assert counts.cases >= 150 and not counts.violations, "\n".join(counts.violations)
     assert healthy(root)
 
 
 def test_raw_bodies_bent_every_way(root: str) -> None:
     counts = Counts()
-    run_raw(root, 300, counts)
-    assert counts.cases == 300 and not counts.violations, "\n".join(counts.violations)
+    run_raw(root, 150, counts)
+    assert counts.cases == 150 and not counts.violations, "\n".join(counts.violations)
     assert healthy(root)
 
 
 def test_query_values_of_any_size_and_type(root: str) -> None:
     counts = Counts()
-    run_queries(root, 150, counts)
-    assert counts.cases == 150 and not counts.violations, "\n".join(counts.violations)
+    run_queries(root, 80, counts)
+    assert counts.cases == 80 and not counts.violations, "\n".join(counts.violations)
     assert healthy(root)
 
 
 def test_websocket_frames_of_every_shape(root: str) -> None:
     counts = Counts()
-    run_websocket(root, 200, counts)
-    assert counts.cases >= 200 and not counts.violations, "\n".join(counts.violations)
+    run_websocket(root, 100, counts)
+    assert counts.cases >= 100 and not counts.violations, "\n".join(counts.violations)
     assert counts.server_errors == 0 and healthy(root)
