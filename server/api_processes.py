@@ -40,13 +40,17 @@ def run_api_process(listen_address: str, sock: socket.socket, args: argparse.Nam
     """One API process (the target vLLM's process manager spawns): the app on the shared socket."""
     import logging
 
+    from server.engine.recording import RecordingEngine
     from server.launch import engine_factory, serve_api_process
 
     index = client_config["client_index"]
     logging.basicConfig(level=logging.INFO, format=f"%(levelname)s [api {index}] %(name)s: %(message)s")
-    engine = engine_factory(args) if args.replay_engine_output is not None else (
-        lambda: vllm_engine.VllmEngine.connect(args, client_config))
-    serve_api_process(args, engine, index, sock)
+    def connected() -> Any:
+        """This process's client of the shared engine core, recording what it generates when asked to."""
+        engine = vllm_engine.VllmEngine.connect(args, client_config)
+        return RecordingEngine(engine, args.record_engine_output) if args.record_engine_output else engine
+
+    serve_api_process(args, engine_factory(args) if args.replay_engine_output is not None else connected, index, sock)
 
 
 def _run_replays(args: argparse.Namespace, sock: socket.socket, listen_address: str, timeout: float) -> None:

@@ -1,7 +1,7 @@
 """End to end on gpt-oss: the tiny gpt-oss (random weights, the real architecture and o200k_harmony, built by
-tests/tiny_gpt_oss.py) on the real CPU engine, through the harmony path. `responses-server check` runs every scenario
-on HTTP, SSE and WebSocket, with content forced by grammars where it matters; then what the scenarios cannot show:
-several API processes, and a shutdown that leaves no engine process behind."""
+tests/tiny_gpt_oss.py) on the real CPU engine, through the harmony path, served by two API processes. `responses-server
+check` runs every scenario on HTTP, SSE and WebSocket, with content forced by grammars where it matters; then what
+the scenarios cannot show: hosted tools, and a shutdown that leaves no engine process behind."""
 
 from __future__ import annotations
 
@@ -37,9 +37,10 @@ def _serve(checkpoint: Path, log: Path, *flags: str) -> RunningServer:
 @pytest.fixture(scope="module")
 def gpt_oss(tiny_gpt_oss: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     log = tmp_path_factory.mktemp("logs") / "gpt-oss.log"
-    with serve_browser() as browser:
+    with serve_browser() as browser:  # two API processes in front of the engine, as a busy deployment runs it
         running = _serve(tiny_gpt_oss, log, "--record-engine-output", str(log.parent / "engine.jsonl"),
-                         "--allowed-mcp-domains", "127.0.0.1", "--tool-server", f"browser={browser.url}")
+                         "--allowed-mcp-domains", "127.0.0.1", "--tool-server", f"browser={browser.url}",
+                         "--api-server-count", "2")
         yield running
         running.stop()
 
@@ -105,16 +106,6 @@ def test_a_forced_web_search_on_the_tiny_gpt_oss(gpt_oss: RunningServer) -> None
     encoding = harmony_encoding()
     assert "namespace browser" in encoding.decode(recording.prompt_token_ids).split("<|start|>developer")[0]
     assert "to=browser." in encoding.decode([token for step in recording.steps for token in step])
-
-
-def test_several_api_processes_serve_gpt_oss(tiny_gpt_oss: Path, tmp_path: Path) -> None:
-    server = _serve(tiny_gpt_oss, tmp_path / "processes.log", "--api-server-count", "2", "--store",
-                    f"sqlite:///{tmp_path / 'responses.db'}")
-    try:
-        run_check(server.base_url, "--scenario", "json_schema", "--scenario", "tool_after_json",
-                  "--scenario", "cached_chain", "--transport", "http", "--transport", "sse")
-    finally:
-        server.stop()
 
 
 def test_a_shutdown_mid_generation_leaves_no_engine_process(gpt_oss: RunningServer) -> None:

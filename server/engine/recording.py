@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, get_args
@@ -84,8 +85,7 @@ class RecordingEngine:
             images = [list(image.size) for image in request.images]
             line = Recording(list(request.prompt_token_ids), steps, finish, images).to_json()
             async with self._lock:
-                with self.path.open("a") as out:
-                    out.write(line + "\n")
+                _append_line(self.path, line)
 
     async def prefill(self, request: EngineRequest) -> Prefilled:
         """Not recorded: a recording is one generation, and a replay has nothing to compute."""
@@ -137,3 +137,12 @@ class ReplayEngine:
 
 def _replayed_finish(recording: Recording) -> Any:
     return recording.finish_reason if recording.finish_reason in get_args(EngineFinish) else "stop"
+
+
+def _append_line(path: Path, line: str) -> None:
+    """One line appended in one write: API processes recording to one file never interleave their lines."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(descriptor, (line + "\n").encode())
+    finally:
+        os.close(descriptor)
