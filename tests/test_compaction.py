@@ -162,3 +162,22 @@ def test_a_compaction_trigger_compacts_a_history_larger_than_the_window(harness:
     final = harness.client.responses.create(model=MODEL, input=[*history, TRIGGER], store=False)  # type: ignore[list-item]
     assert final.status == "completed" and [item.type for item in final.output] == ["compaction"]
     assert len(harness.engine.requests[-1].prompt_token_ids) < harness.engine.max_model_len
+
+
+def test_a_summary_keeps_the_whole_conversation_by_cutting_huge_tool_outputs(harness: Harness,  # noqa: F811
+                                                                             tokenizer: Any) -> None:
+    """A history dominated by a few huge tool outputs (Codex's, when a command prints thousands of lines): the
+    summarizing request keeps every item, each huge output cut to its head and tail with a marker the model reads,
+    rather than losing the oldest items (the user's goal among them) to make room."""
+    huge = [item for n in range(3) for item in (
+        {"type": "function_call", "call_id": f"c{n}", "name": "shell", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": f"c{n}", "output": f"first of {n}\n" + "line\n" * 4000
+         + f"last of {n}"})]
+    harness.play(say(tokenizer, "Three long logs were read."))
+    compacted = harness.client.responses.compact(model=MODEL, input=[HISTORY[0], *huge, HISTORY[2]])  # type: ignore[list-item]
+    assert compacted.output[0].type == "compaction"
+    prompt = tokenizer.decode(harness.engine.requests[-1].prompt_token_ids)
+    assert "My cat is called Miso." in prompt and "She is three years old." in prompt
+    for n in range(3):
+        assert f"first of {n}" in prompt and f"last of {n}" in prompt
+    assert prompt.count("characters of this output were cut") == 3

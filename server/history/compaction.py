@@ -7,7 +7,7 @@ from typing import Any
 
 from openai.types.responses import Response
 
-from server.requests import MessageItem, ResponsesRequest
+from server.requests import MessageItem, ResponsesRequest, ToolOutput
 from server.history.sealed_items import seal_compaction
 from server.history.sealing import Sealer
 from streaming.ids import ITEM_PREFIXES, RESPONSE, IdFactory
@@ -16,18 +16,35 @@ SUMMARY_INSTRUCTION = (
     "Summarize the conversation so far so that it can be continued from your summary alone: the user's goal, "
     "what has been done and found, and what is left to do. Reply with the summary only.")
 SUMMARY_MAX_TOKENS = 512
+KEPT_OUTPUT_CHARS = 4000  # of one tool output in a summarizing request: its first and last 2,000 characters
 NO_USAGE = {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0}
 
 
 def summary_request(conversation: ResponsesRequest) -> ResponsesRequest:
-    """The conversation with a request to summarize it after it, as one plain answer; the oldest items are
-    dropped if it does not fit, since compaction is asked for when the context is full."""
-    items = conversation.input_items() + [MessageItem(role="user", content=SUMMARY_INSTRUCTION)]
+    """The conversation with a request to summarize it after it, as one plain answer; huge tool outputs are cut to
+    their head and tail, and the oldest items are dropped if it still does not fit, since compaction is asked for
+    when the context is full."""
+    items = [_cut(item) for item in conversation.input_items()] + [MessageItem(role="user",
+                                                                               content=SUMMARY_INSTRUCTION)]
     return conversation.model_copy(update={
         "input": items, "tool_choice": "none", "text": None, "truncation": "auto", "store": False,
         "stream": False, "background": False, "previous_response_id": None, "conversation": None,
         "include": None, "max_output_tokens": SUMMARY_MAX_TOKENS})
+
+
+def _cut(item: Any) -> Any:
+    """A tool output longer than KEPT_OUTPUT_CHARS as its head and tail with a marker between them (a summary
+    needs what a command printed first and last, not its thousands of lines); any other item as it is."""
+    if not isinstance(item, ToolOutput) or any(part.type not in ("input_text", "output_text", "text")
+                                               for part in item.parts()):
+        return item  # an output with images or files is kept as it is
+    text = item.text()
+    if len(text) <= KEPT_OUTPUT_CHARS:
+        return item
+    half = KEPT_OUTPUT_CHARS // 2
+    marker = f"\n[... {len(text) - 2 * half} characters of this output were cut for the summary ...]\n"
+    return item.model_copy(update={"output": text[:half] + marker + text[-half:]})
 
 
 def user_messages(conversation: ResponsesRequest) -> list[str | list[dict[str, Any]]]:
