@@ -65,13 +65,13 @@ class Admission:
         """A place, waiting up to `seconds` for one to be given back when all are taken (then Overloaded)."""
         deadline = time.monotonic() + seconds
         while True:
+            self.freed.clear()  # before the look: a place given back after it wakes the wait below at once
             try:
                 return self.admit()
             except Overloaded:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise
-                self.freed.clear()
                 try:
                     await asyncio.wait_for(self.freed.wait(), min(left, 1.0))  # and a look each second regardless
                 except asyncio.TimeoutError:
