@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 
 from server.engine.recording import Recording
-from tests.test_e2e import RunningServer
+from tests.servers import RunningServer
 from tests.test_e2e_api_processes import through
 from tests.test_harmony import CALLS_WITH_PREAMBLE, TOOLS
 

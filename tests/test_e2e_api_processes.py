@@ -17,7 +17,7 @@ import pytest
 from openai import OpenAI
 
 from tests.sse import events_of, parse_frames
-from tests.test_e2e import MODEL, UNPENALIZED, RunningServer
+from tests.servers import MODEL, UNPENALIZED, RunningServer
 from conformance.contract import validate_events
 
 pytestmark = pytest.mark.e2e

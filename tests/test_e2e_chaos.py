@@ -20,7 +20,7 @@ import pytest
 
 from tests.invariants import RUNNING, violations
 from tests.sse import events_of, parse_frames
-from tests.test_e2e import MODEL, UNPENALIZED, RunningServer, start_together
+from tests.servers import MODEL, UNPENALIZED, RunningServer, start_together
 
 pytestmark = pytest.mark.e2e
 LEASE = 4.0

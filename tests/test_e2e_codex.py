@@ -16,7 +16,7 @@ import pytest
 from server.engine.recording import Recording, read_recordings
 from tests.conftest import run_codex, serve_in_thread
 from tests.proxy import RecordingProxy
-from tests.test_e2e import RunningServer
+from tests.servers import RunningServer
 
 pytestmark = pytest.mark.e2e
 FIRST, SECOND = "FIRSTTHOUGHT: list the files.", "SECONDTHOUGHT: count them."

@@ -21,7 +21,7 @@ from parsers.harmony import HarmonyTokens
 from server.engine.recording import read_recordings
 from server.paths.harmony import harmony_encoding
 from tests.mcp_servers import serve_browser, serve_mcp
-from tests.test_e2e import RunningServer
+from tests.servers import RunningServer
 
 pytestmark = pytest.mark.e2e
 MODEL = "gpt-oss"

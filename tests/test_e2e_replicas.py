@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.sse import events_of, parse_frames
-from tests.test_e2e import MODEL, UNPENALIZED, RunningServer, start_together
+from tests.servers import MODEL, UNPENALIZED, RunningServer, start_together
 from tests.test_metrics import scrape, value
 from conformance.contract import validate_events
 

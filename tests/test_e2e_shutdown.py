@@ -17,7 +17,7 @@ import pytest
 
 from server.http.graceful import SHUTDOWN_REASON
 from server.store.sqlite import SqliteStore
-from tests.test_e2e import MODEL, RunningServer
+from tests.servers import MODEL, RunningServer
 from conformance.contract import validate_events
 
 pytestmark = pytest.mark.e2e

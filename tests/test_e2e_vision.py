@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from server.engine.recording import read_recordings
-from tests.test_e2e import RunningServer
+from tests.servers import RunningServer
 from tests.tiny_vlm import IMAGE_SEQ_LEN, build_tiny_vlm
 from conformance.contract import validate_events
 

@@ -203,7 +203,7 @@ def test_a_replica_killed_mid_delivery_leaves_the_delivery_to_another(postgres: 
     import psycopg
 
     from server.engine.recording import Recording
-    from tests.test_e2e import RunningServer
+    from tests.servers import RunningServer
     from tests.test_harmony import FINAL_PROSE
 
     database = postgres.new_database()

@@ -9,7 +9,7 @@ from typing import Iterator
 import pytest
 
 from tests.mcp_servers import RunningMcp, serve_browser, serve_mcp
-from tests.test_e2e import RunningServer
+from tests.servers import RunningServer
 
 CONTEXT = 2048
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from server.engine.recording import read_recordings
-from tests.test_e2e import MODEL, RunningServer
+from tests.servers import MODEL, RunningServer
 from conformance.contract import validate_events
 
 pytestmark = pytest.mark.e2e

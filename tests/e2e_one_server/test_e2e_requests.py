@@ -17,7 +17,7 @@ from openai import AsyncOpenAI
 from pydantic import BaseModel
 
 from server.engine.recording import read_recordings
-from tests.test_e2e import MODEL, RunningServer
+from tests.servers import MODEL, RunningServer
 from conformance.contract import validate_events
 from tests.e2e_one_server.conftest import CONTEXT
 from tests.mcp_servers import RunningMcp

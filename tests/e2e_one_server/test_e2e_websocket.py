@@ -14,7 +14,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from server.engine.recording import Recording, read_recordings
-from tests.test_e2e import MODEL, RunningServer
+from tests.servers import MODEL, RunningServer
 from tests.test_websocket import SERVER_EVENT, Socket, checked
 from conformance.contract import validate_events
 
