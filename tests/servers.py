@@ -29,6 +29,7 @@ START_TIMEOUT = 600
 # The engine's KV cache, in GiB, for servers the tests start: vLLM's CPU build otherwise takes about a quarter of
 # the machine's memory for each (5.7 GiB on 24), and the replica and chaos tests run two or three at once.
 TEST_KV_CACHE = {"VLLM_CPU_KVCACHE_SPACE": "3"}
+PROCESS_HEADER = "responses-server-process"  # which API process answered
 
 
 class RunningServer:
@@ -112,3 +113,20 @@ def start_together(*starts: Callable[[], RunningServer]) -> list[RunningServer]:
             server.stop()
         raise failures[0]  # type: ignore[misc]
     return started
+
+
+def through(server: RunningServer, process: int) -> httpx.Client:
+    """A client whose kept-alive connection was accepted by API process `process` (new connections land on either;
+    one process may still be starting when the other answers /health)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        client = httpx.Client(base_url=server.base_url, timeout=300, limits=httpx.Limits(max_connections=1))
+        if client.get("/models").headers[PROCESS_HEADER] == str(process):
+            return client
+        client.close()
+        time.sleep(0.05)
+    raise AssertionError(f"no connection reached API process {process}")
+
+
+def sdk(client: httpx.Client) -> OpenAI:
+    return OpenAI(base_url=str(client.base_url), api_key="unused", max_retries=0, http_client=client)

@@ -9,8 +9,7 @@ from pathlib import Path
 import psutil
 
 from server.engine.recording import Recording
-from tests.servers import RunningServer
-from tests.e2e_default_server.test_e2e_api_processes import through
+from tests.servers import RunningServer, through
 from tests.test_harmony import CALLS_WITH_PREAMBLE, TOOLS
 
 

@@ -40,7 +40,7 @@ def gpt_oss(tiny_gpt_oss: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     with serve_browser() as browser:  # two API processes in front of the engine, as a busy deployment runs it
         running = _serve(tiny_gpt_oss, log, "--record-engine-output", str(log.parent / "engine.jsonl"),
                          "--allowed-mcp-domains", "127.0.0.1", "--tool-server", f"browser={browser.url}",
-                         "--api-server-count", "2")
+                         "--api-server-count", "2", "--shutdown-timeout", "2")  # the last test stops it mid-story
         yield running
         running.stop()
 

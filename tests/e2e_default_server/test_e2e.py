@@ -21,20 +21,6 @@ from tests.servers import MODEL, QUESTION, RunningServer
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def recording_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("recording") / "engine-output.jsonl"
-
-
-@pytest.fixture(scope="module")
-def live(recording_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """The README's serve command (bundled model, no flags) plus a port and a recording file."""
-    log = tmp_path_factory.mktemp("logs") / "live.log"
-    server = RunningServer(["--record-engine-output", str(recording_file), "--keepalive-interval", "5"], log)
-    yield server
-    server.stop()
-
-
 def test_sdk_streams_a_real_answer(live: RunningServer) -> None:
     stream = live.client.responses.create(model=MODEL, input=QUESTION, stream=True, temperature=0)
     events = list(stream)  # strict validation: every event parses as the SDK's model
@@ -98,9 +84,7 @@ def test_record_then_replay_gives_the_same_events(live: RunningServer, recording
     assert sum(len(step) for step in last.steps) == recorded[-1]["response"]["usage"]["output_tokens"]
     single = tmp_path / "one.jsonl"
     single.write_text(last.to_json() + "\n")
-    replay = RunningServer(["--model", str(bundled_model), "--served-model-name", MODEL,  # as `live` serves it
-                            "--sampling-defaults", json.dumps(BUNDLED_SAMPLING_DEFAULTS),
-                            "--replay-engine-output", str(single)], tmp_path / "replay.log")
+    replay = replaying(bundled_model, single, tmp_path / "replay.log")
     try:
         replayed = replay.raw_stream(input="Name three colors.", temperature=0, max_output_tokens=24)
     finally:
@@ -109,6 +93,14 @@ def test_record_then_replay_gives_the_same_events(live: RunningServer, recording
     assert collapsed_types(replayed) == collapsed_types(recorded)
     assert [e.get("delta") for e in replayed] == [e.get("delta") for e in recorded]
     assert without_volatile(replayed[-1]["response"]) == without_volatile(recorded[-1]["response"])
+
+
+def replaying(bundled_model: Path, recordings: Path, log: Path, data_dir: Path | None = None) -> RunningServer:
+    """A server that serves the bundled model as `live` does, its engine replaced by `recordings` (in turn,
+    whatever the prompt): it starts in seconds, not a minute."""
+    return RunningServer(["--model", str(bundled_model), "--served-model-name", MODEL,
+                          "--sampling-defaults", json.dumps(BUNDLED_SAMPLING_DEFAULTS),
+                          "--replay-engine-output", str(recordings)], log, data_dir=data_dir)
 
 
 def test_codex_exec_text_turn_completes(live: RunningServer, codex: Path, tmp_path: Path) -> None:
@@ -142,8 +134,10 @@ def test_logprobs_and_prefix_cache_usage(live: RunningServer) -> None:
 
 
 
-def test_three_turns_across_a_restart(live: RunningServer, tmp_path: Path) -> None:
-    """previous_response_id on the real engine, a function call and its output in the middle, and a restart."""
+def test_three_turns_across_a_restart(live: RunningServer, recording_file: Path, bundled_model: Path,
+                                      tmp_path: Path) -> None:
+    """previous_response_id on the real engine, a function call and its output in the middle, and a restart on the
+    same data (the restarted server replays recorded engine output: what is tested is what it reads back)."""
     tools: Any = [{"type": "function", "name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}}}]
     first = live.client.responses.create(model=MODEL, input=QUESTION, temperature=0, max_output_tokens=16)
@@ -154,7 +148,7 @@ def test_three_turns_across_a_restart(live: RunningServer, tmp_path: Path) -> No
                {"type": "function_call_output", "call_id": "call_e2e", "output": "sunny"}])
     assert second.usage is not None and first.usage is not None
     assert second.usage.input_tokens > first.usage.input_tokens  # the first turn is in the prompt
-    restarted = RunningServer([], tmp_path / "restarted.log", data_dir=live.data_dir)
+    restarted = replaying(bundled_model, recording_file, tmp_path / "restarted.log", data_dir=live.data_dir)
     try:
         assert restarted.client.responses.retrieve(first.id).output_text == first.output_text
         third = restarted.client.responses.create(model=MODEL, previous_response_id=second.id, tools=tools,
