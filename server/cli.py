@@ -141,6 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--admission-wait", type=float, default=30.0, metavar="SECONDS",
                         help="how long a request past --max-concurrent-requests waits for a place before its 429 "
                              "(default 30; Codex ends its thread on a 429, so a wait serves it better; 0: at once)")
+    server.add_argument("--compact-on-overflow", action=argparse.BooleanOptionalAction, default=True,
+                        help="a request whose history overflows the context and that leaves truncation unset is "
+                             "compacted first (the model summarizes the history, as with context_management) and "
+                             "answered, the compaction item first in its output; --no-compact-on-overflow: a 400 "
+                             "context_length_exceeded, as OpenAI answers (default: on; clients such as Codex on "
+                             "its built-in provider never learn the window, and their thread would end)")
     server.add_argument("--send-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="end a stream whose client has read nothing for this long (default 60)")
     server.add_argument("--default-max-output-tokens", type=int, default=None, metavar="N",

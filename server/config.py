@@ -25,6 +25,8 @@ class ServerConfig:
     max_body_bytes: int = 32 * 1024 * 1024  # Codex sends hundreds of KiB; far more is a mistake or an attack
     max_concurrent_requests: int | None = None  # responses generating at once; past it, a wait, then 429
     admission_wait_seconds: float = 0.0  # how long a request past the cap waits for a place (0: a 429 at once)
+    # A request whose history overflows the context, truncation unset: compacted first and answered (False: a 400)
+    compact_on_overflow: bool = False
     send_timeout_seconds: float | None = 60.0  # a stream whose client reads nothing for this long is ended
     default_max_output_tokens: int | None = None  # the cap of a request that sets no max_output_tokens
     # Sampling values for requests that leave them unset, before the model's generation_config.json's

@@ -159,6 +159,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         max_body_bytes=args.max_body_bytes,
         max_concurrent_requests=args.max_concurrent_requests,
         admission_wait_seconds=args.admission_wait,
+        compact_on_overflow=args.compact_on_overflow,
         send_timeout_seconds=args.send_timeout,
         default_max_output_tokens=args.default_max_output_tokens,
         sampling_defaults=dict(args.sampling_defaults or {}),

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
 import openai
+import pytest
 
+from server.config import ServerConfig
 from server.history.compaction import SUMMARY_INSTRUCTION
 from server.history.sealing import Sealer
+from server.http.app import create_app
+from server.serving import ServingContext
+from streaming.ids import counting_ids
+from tests.conftest import serve_in_thread
+from tests.scripted_engine import ScriptedEngine
 from tests.test_server import MODEL, SEALER, Harness, harness  # noqa: F401  (the fixture)
 from tests.test_store import say
 from conformance.contract import validate_events
@@ -181,3 +188,63 @@ def test_a_summary_keeps_the_whole_conversation_by_cutting_huge_tool_outputs(har
     for n in range(3):
         assert f"first of {n}" in prompt and f"last of {n}" in prompt
     assert prompt.count("characters of this output were cut") == 3
+
+
+@pytest.fixture(scope="module")
+def compacting(tokenizer: Any) -> Iterator[Harness]:
+    """The app as `--compact-on-overflow` (the command line's default) serves it."""
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL, compact_on_overflow=True),
+                             engine_factory=lambda: engine, ids=counting_ids(), sealer=SEALER)
+    with serve_in_thread(create_app(context)) as base_url:
+        yield Harness(engine, base_url)
+
+
+def huge_session(lines: int = 2000) -> list[dict[str, Any]]:
+    """A Codex-like session that has outgrown the window: three commands whose outputs fill it."""
+    calls = [item for n in range(3) for item in (
+        {"type": "function_call", "call_id": f"c{n}", "name": "shell", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": f"c{n}", "output": f"line {n}\n" * lines})]
+    return [HISTORY[0], *calls, {"role": "user", "content": "What is my cat called?"}]
+
+
+def test_an_overflowing_turn_is_compacted_first_and_answered(compacting: Harness, tokenizer: Any) -> None:
+    """A client that never learned the window (Codex on its built-in provider) sends more than fits, truncation
+    unset: the server summarizes the history, answers from the summary, and the compaction item comes first in the
+    output, so the client's next turn carries it instead of the history; streamed and not."""
+    history = huge_session()
+    for stream in (False, True):
+        compacting.play(say(tokenizer, "The user's cat is Miso; three logs were read."), say(tokenizer, "Miso."))
+        final = validate_events(compacting.raw_stream(input=history, store=False)) if stream else \
+            compacting.client.responses.create(model=MODEL, input=history, store=False)  # type: ignore[arg-type]
+        assert final.status == "completed" and [item.type for item in final.output] == ["compaction", "message"]
+        assert final.output_text == "Miso."
+        summary_prompt, answer_prompt = (tokenizer.decode(r.prompt_token_ids)
+                                         for r in compacting.engine.requests[-2:])
+        assert SUMMARY_INSTRUCTION in summary_prompt and "What is my cat called?" in summary_prompt
+        assert "line 2" not in answer_prompt and "The user's cat is Miso" in answer_prompt
+        assert all(len(r.prompt_token_ids) < compacting.engine.max_model_len for r in compacting.engine.requests[-2:])
+    compacting.play(say(tokenizer, "Three."))
+    later = compacting.client.responses.create(model=MODEL, store=False, input=[  # type: ignore[list-item]
+        final.output[0].model_dump(exclude_none=True), {"role": "user", "content": "How many logs?"}])
+    assert later.output_text == "Three." and [item.type for item in later.output] == ["message"]
+
+
+def test_an_overflowing_turn_over_a_websocket_is_compacted(compacting: Harness, tokenizer: Any) -> None:
+    """As Codex's built-in provider sends it: over its WebSocket, stateless."""
+    from tests.test_websocket import Socket, checked
+
+    compacting.play(say(tokenizer, "Miso, and three logs."), say(tokenizer, "Miso."))
+    socket = Socket(compacting.base_url)
+    socket.send({"type": "response.create", "model": MODEL, "input": huge_session(), "store": False})
+    final = validate_events(checked(socket.until_terminal()))
+    assert [item.type for item in final.output] == ["compaction", "message"] and final.output_text == "Miso."
+
+
+def test_an_overflow_the_client_asked_to_refuse_is_a_400(compacting: Harness, harness: Harness) -> None:  # noqa: F811
+    """`truncation: "disabled"` said outright, or a server run with --no-compact-on-overflow: OpenAI's 400."""
+    for served, body in ((compacting, {"truncation": "disabled"}), (harness, {})):
+        refused = served.post(input=huge_session(), store=False, **body)
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "context_length_exceeded"
+    last_user_alone = compacting.post(input="word " * 9000, store=False)  # nothing older to summarize
+    assert last_user_alone.status_code == 400 and last_user_alone.json()["error"]["code"] == "context_length_exceeded"

@@ -55,8 +55,7 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
         raise DependencyFailed(unavailable.error or "", param="tools")  # a stream says it with its events
     fetched = await images_fetched(context, conversation, body)
     compacting = body.asks_compaction()  # the response is one compaction item (the run is never generated from)
-    run = await prepare_run(context, conversation.model_copy(update={"truncation": "auto"}) if compacting
-                            else conversation, body, fetched, hosted)
+    run, overflowed = await _first_run(context, conversation, body, fetched, hosted, compacting)
     loop = HostedLoop(context, hosted, conversation, body, fetched) if hosted.runs_tools else None
     run.hosted = loop
     engine, _ = context.started()
@@ -64,7 +63,7 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
         check_expanded_fits(await engine.prompt_length(run.request), engine.max_model_len)
     run.generate = generate and not compacting
     threshold = body.compact_threshold(engine.max_model_len)
-    if compacting or (threshold is not None and len(run.request.prompt_token_ids) > threshold):
+    if compacting or overflowed or (threshold is not None and len(run.request.prompt_token_ids) > threshold):
         run.before = _compacting(context, conversation, body, fetched, hosted, loop)
     link = ConversationLink(context.store, body.conversation) if body.conversation and context.store else None
     keep_items = store is not None or link is not None or earlier is not None
@@ -77,6 +76,28 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
     return StoredRun(run, store, input_items, body.previous_response_id, keep_event_log=keep_log,
                      background=body.background, conversation=link, mode=mode, retry_later=context.pending_saves.add,
                      kept_in=earlier, replica=context.replicas.replica_id if context.replicas else None)
+
+
+async def _first_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
+                     fetched: Mapping[str, bytes], hosted: HostedTools, compacting: bool) -> tuple[ResponseRun, bool]:
+    """The run as asked, and whether the conversation overflowed the context and is to be compacted first
+    (`--compact-on-overflow`, truncation unset). A run to be compacted first is rendered with truncation "auto": it
+    stands in until the compacted one replaces it."""
+    if compacting:
+        return await prepare_run(context, conversation.model_copy(update={"truncation": "auto"}), body, fetched,
+                                 hosted), False
+    try:
+        return await prepare_run(context, conversation, body, fetched, hosted), False
+    except RequestError as error:
+        if not (error.code == "context_length_exceeded" and body.truncation is None
+                and context.config.compact_on_overflow):
+            raise
+        overflow = error
+    try:
+        return await prepare_run(context, conversation.model_copy(update={"truncation": "auto"}), body, fetched,
+                                 hosted), True
+    except RequestError:
+        raise overflow from None  # not even the newest items fit: the summary would not either
 
 
 async def input_token_count(context: ServingContext, body: ResponsesRequest) -> int:

@@ -218,7 +218,8 @@ def _long_history(turns: int) -> list[dict[str, Any]]:
 def test_truncation_auto_answers_a_history_three_times_the_context(server: RunningServer) -> None:
     history = _long_history(40)
     size = server.client.responses.create(model=MODEL, input=history[-1:], max_output_tokens=16).usage.input_tokens
-    refused = httpx.post(f"{server.base_url}/responses", json={"model": MODEL, "input": history}, timeout=600)
+    refused = httpx.post(f"{server.base_url}/responses", json={"model": MODEL, "input": history,
+                                                               "truncation": "disabled"}, timeout=600)
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "context_length_exceeded"
     assert str(CONTEXT) in refused.json()["error"]["message"]
     whole = int(refused.json()["error"]["message"].split()[3])  # "The input is N tokens; ..."
@@ -230,6 +231,15 @@ def test_truncation_auto_answers_a_history_three_times_the_context(server: Runni
     events = server.raw_stream(input=history, truncation="auto", max_output_tokens=32)
     streamed = validate_events(events)
     assert streamed.output_text and streamed.usage.input_tokens == answered.usage.input_tokens
+
+
+def test_a_history_three_times_the_context_is_compacted_when_truncation_is_unset(server: RunningServer) -> None:
+    """As a client that never learned the window sends it (--compact-on-overflow, on by default): the model
+    summarizes the history, then answers from the summary; the compaction item comes first."""
+    compacted = server.client.responses.create(model=MODEL, input=_long_history(40), max_output_tokens=32)
+    assert [item.type for item in compacted.output][:1] == ["compaction"], compacted.output
+    assert compacted.status in ("completed", "incomplete") and compacted.output_text
+    assert compacted.usage.input_tokens < 2 * CONTEXT  # the summary's prompt and the answer's, each within
 
 
 def test_input_token_count_matches_usage_on_the_real_model(server: RunningServer) -> None:
