@@ -248,3 +248,17 @@ def test_an_overflow_the_client_asked_to_refuse_is_a_400(compacting: Harness, ha
         assert refused.status_code == 400 and refused.json()["error"]["code"] == "context_length_exceeded"
     last_user_alone = compacting.post(input="word " * 9000, store=False)  # nothing older to summarize
     assert last_user_alone.status_code == 400 and last_user_alone.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_a_compaction_keeps_only_the_newest_user_messages_that_fit(compacting: Harness, tokenizer: Any) -> None:
+    """A session of many long user messages overflows: the compaction item keeps the newest of them, up to as many
+    characters as the window has tokens (the older are in the summary), so the answer after it fits."""
+    many = [{"role": "user", "content": f"Message {i}: " + "word " * 100} for i in range(100)]  # ~10k tokens
+    compacting.play(say(tokenizer, "A hundred messages of words."), say(tokenizer, "Done."))
+    final = compacting.client.responses.create(model=MODEL, input=many, store=False)  # type: ignore[arg-type]
+    assert [item.type for item in final.output] == ["compaction", "message"] and final.output_text == "Done."
+    users = SEALER.open("compaction", final.output[0].encrypted_content)["user_messages"]  # type: ignore[union-attr]
+    assert users[-1].startswith("Message 99:") and 1 < len(users) < 100
+    assert sum(len(text) for text in users) <= compacting.engine.max_model_len
+    answer_prompt = compacting.engine.requests[-1].prompt_token_ids
+    assert len(answer_prompt) < compacting.engine.max_model_len and "Message 0:" not in tokenizer.decode(answer_prompt)

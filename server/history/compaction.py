@@ -47,11 +47,27 @@ def _cut(item: Any) -> Any:
     return item.model_copy(update={"output": text[:half] + marker + text[-half:]})
 
 
-def user_messages(conversation: ResponsesRequest) -> list[str | list[dict[str, Any]]]:
+def user_messages(conversation: ResponsesRequest, most_chars: int) -> list[str | list[dict[str, Any]]]:
     """The user's own messages, oldest first (those of an earlier compaction included: it was opened into them):
-    the text, or the parts as sent when there is more than text (images and files are kept, not re-encoded)."""
-    return [_user_content(item) for item in conversation.input_items()
-            if isinstance(item, MessageItem) and item.role == "user"]
+    the text, or the parts as sent when there is more than text (images and files are kept, not re-encoded).
+    Only the newest whose text adds up to `most_chars` are kept, the last always: the older ones are in the
+    summary, and a compaction that kept them all would not fit the window either."""
+    contents = [_user_content(item) for item in conversation.input_items()
+                if isinstance(item, MessageItem) and item.role == "user"]
+    kept: list[str | list[dict[str, Any]]] = []
+    total = 0
+    for content in reversed(contents):
+        total += _text_length(content)
+        if kept and total > most_chars:
+            break
+        kept.append(content)
+    return kept[::-1]
+
+
+def _text_length(content: str | list[dict[str, Any]]) -> int:
+    if isinstance(content, str):
+        return len(content)
+    return sum(len(part.get("text", "")) for part in content)
 
 
 def _user_content(item: MessageItem) -> str | list[dict[str, Any]]:
@@ -62,13 +78,14 @@ def _user_content(item: MessageItem) -> str | list[dict[str, Any]]:
 
 
 def compacted_response(summary: Response, conversation: ResponsesRequest, sealer: Sealer,
-                       ids: IdFactory) -> dict[str, Any]:
-    """The SDK's `CompactedResponse`: one compaction item, and the usage of the summarizing pass.
+                       ids: IdFactory, context_length: int) -> dict[str, Any]:
+    """The SDK's `CompactedResponse`: one compaction item, and the usage of the summarizing pass. It keeps the
+    user's newest messages up to as many characters as the context has tokens (about a quarter of it).
 
     The user messages travel inside the sealed item rather than beside it: the SDK's output item types have no
     user message, so a strict client could not read them there.
     """
-    sealed = seal_compaction(sealer, summary.output_text, user_messages(conversation))
+    sealed = seal_compaction(sealer, summary.output_text, user_messages(conversation, context_length))
     usage = summary.usage.model_dump(mode="json") if summary.usage else NO_USAGE
     return {"id": ids(RESPONSE), "object": "response.compaction", "created_at": int(summary.created_at),
             "output": [{"type": "compaction", "id": ids(ITEM_PREFIXES["compaction"]), "encrypted_content": sealed}],

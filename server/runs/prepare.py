@@ -129,7 +129,8 @@ class CompactionRun:
         if summary.status not in ("completed", "incomplete"):
             message = summary.error.message if summary.error else "the summary could not be generated"
             raise GenerationFailed(f"Compaction failed: {message}.")
-        return compacted_response(summary, conversation, context.sealer, context.ids)
+        engine, _ = context.started()
+        return compacted_response(summary, conversation, context.sealer, context.ids, engine.max_model_len)
 
 
 async def prepare_compaction(context: ServingContext, body: ResponsesRequest) -> CompactionRun:
