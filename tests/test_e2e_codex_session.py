@@ -1,0 +1,157 @@
+"""End to end: a Codex session that outgrows the model's window completes, however Codex connects. Four commands each
+print 1,500 lines into a 16,000-token window: on Codex's built-in provider over its WebSocket (it never learns the
+window, so the server compacts on overflow), and on a custom provider over HTTP and over a WebSocket (it reads the
+server's catalog, and compacts before the overflow). The model is a test double that plays the task by what its
+prompt holds, as a real agent would: it runs the next command whose output it has not seen, and summarizes when
+asked to."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator
+
+import pytest
+
+from server.config import ServerConfig
+from server.engine.interface import EngineRequest, EngineStep
+from server.history.compaction import SUMMARY_INSTRUCTION
+from server.http.app import create_app
+from server.serving import ServingContext
+from tests.conftest import serve_in_thread
+from tests.proxy import RecordingProxy
+from tests.scripted_engine import ScriptedEngine
+from tests.test_metrics import scrape, value
+
+pytestmark = pytest.mark.e2e
+MODEL = "task-model"
+WINDOW = 16_000
+STEPS = 4
+ANSWER = "All four logs were read."
+TASK = "Run the four log commands, one at a time, then say you are done."
+# A summary is asked for by the server's compaction, or by Codex's own (its prompt: "You are performing a CONTEXT
+# CHECKPOINT COMPACTION. Create a handoff summary for another LLM ...").
+SUMMARY_ASKS = (SUMMARY_INSTRUCTION, "CONTEXT CHECKPOINT COMPACTION")
+
+
+def marker(step: int) -> str:
+    """What command `step` prints last: its command line spells it differently, so only its output shows it."""
+    return f"MARK{100 + step}"
+
+
+def command(step: int) -> str:
+    return f"seq 1 1500 | sed 's/^/row of log {step}: /'; echo MARK$((100+{step}))"
+
+
+@dataclass
+class TaskEngine(ScriptedEngine):
+    """Answers each request from its prompt: a summary when the last user turn asks for one (the server's
+    compaction or Codex's own), else a call of the next command whose output the prompt does not hold (in a tool
+    output or in a summary), else the final answer."""
+
+    summaries: list[str] = field(default_factory=list)
+
+    def reply(self, prompt: str) -> str:
+        done = [step for step in range(1, STEPS + 1) if marker(step) in prompt]
+        last_user = prompt.rsplit("<|im_start|>user", 1)[-1]  # with what follows it: the generation prompt alone?
+        asks_summary = any(ask in last_user for ask in SUMMARY_ASKS)
+        if asks_summary and last_user.count("<|im_start|>") == 1:
+            self.summaries.append(last_user)
+            return "Progress: the user asked for four log commands; seen so far: " + ", ".join(
+                marker(step) for step in done) + "."
+        left = [step for step in range(1, STEPS + 1) if step not in done]
+        if not left:
+            return ANSWER
+        name, key = ("shell_command", "command") if '"shell_command"' in prompt else ("exec_command", "cmd")
+        return "<tool_call>\n" + json.dumps({"name": name, "arguments": {key: command(left[0])}}) + "\n</tool_call>"
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
+        self.requests.append(request)
+        text = self.reply(self.tokenizer.decode(request.prompt_token_ids))
+        tokens = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        for start in range(0, len(tokens), 16):
+            await asyncio.sleep(0)
+            last = start + 16 >= len(tokens)
+            yield EngineStep(token_ids=tokens[start:start + 16], finish_reason="stop" if last else None)
+
+
+@pytest.fixture
+def served(tokenizer: Any) -> Iterator[tuple[TaskEngine, str]]:
+    """The app as the command line serves it (compaction on overflow), a 16,000-token window."""
+    engine = TaskEngine(tokenizer=tokenizer, scripts=[], max_model_len=WINDOW)
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL, tool_call_parser="hermes",
+                                                 compact_on_overflow=True), engine_factory=lambda: engine)
+    with serve_in_thread(create_app(context)) as base_url:
+        yield engine, base_url
+
+
+def codex_session(codex: Path, tmp_path: Path, config: str, env: dict[str, str]) -> list[dict[str, Any]]:
+    """`codex exec --json` of the task in a fresh Codex home configured by `config`; its events."""
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / "config.toml").write_text(f'model = "{MODEL}"\n{config}')
+    run = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "--json",
+                          "--dangerously-bypass-approvals-and-sandbox", TASK], cwd=work,
+                         env={**os.environ, "CODEX_HOME": str(home), **env}, stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=600)
+    events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    kinds = [event["type"] for event in events]
+    assert run.returncode == 0 and "turn.completed" in kinds and "turn.failed" not in kinds, \
+        run.stdout[-3000:] + run.stderr[-3000:]
+    return events
+
+
+def completed(base_url: str, mode: str) -> float:
+    """Responses completed so far, asked for as `mode` (websocket, stream, json): which way Codex talked."""
+    return value(scrape(base_url), "responses_server_responses_total", status="completed", mode=mode)
+
+
+def check_task_done(events: list[dict[str, Any]], engine: TaskEngine) -> None:
+    commands = [event["item"] for event in events if event["type"] == "item.completed"
+                and event["item"]["type"] == "command_execution"]
+    assert [c["exit_code"] for c in commands] == [0] * STEPS
+    assert [marker(step) in c["aggregated_output"] for step, c in enumerate(commands, 1)] == [True] * STEPS
+    answers = [event["item"]["text"] for event in events if event["type"] == "item.completed"
+               and event["item"]["type"] == "agent_message"]
+    assert answers[-1] == ANSWER
+    assert engine.summaries, "the session never compacted"
+    assert all(len(request.prompt_token_ids) < WINDOW for request in engine.requests)
+
+
+def test_on_the_built_in_provider_the_server_compacts_when_the_window_overflows(
+        served: tuple[TaskEngine, str], codex: Path, tmp_path: Path) -> None:
+    """`openai_base_url` and nothing else: Codex talks over its WebSocket, assumes a far larger window, and would
+    end its thread on a 400; the server summarizes the history itself and answers."""
+    engine, base_url = served
+    before = completed(base_url, "websocket")
+    events = codex_session(codex, tmp_path, f'openai_base_url = "{base_url}"\n', {"OPENAI_API_KEY": "x"})
+    check_task_done(events, engine)
+    assert completed(base_url, "websocket") - before >= STEPS + 1  # each command's turn, and the answer's
+
+
+@pytest.mark.parametrize("websockets", [False, True], ids=["http", "websocket"])
+def test_on_a_custom_provider_codex_reads_the_window_and_compacts_in_time(
+        served: tuple[TaskEngine, str], codex: Path, tmp_path: Path, websockets: bool) -> None:
+    """A custom provider, its key from a command (as the README shows): Codex reads the catalog and compacts before
+    the overflow; no request the server receives overflows."""
+    engine, base_url = served
+    mode = "websocket" if websockets else "stream"
+    before = completed(base_url, mode)
+    proxy = RecordingProxy(base_url)
+    with serve_in_thread(proxy.app()) as proxy_url:
+        url = base_url if websockets else proxy_url
+        events = codex_session(codex, tmp_path, (
+            'model_provider = "local"\n\n[model_providers.local]\nname = "responses-server"\n'
+            f'base_url = "{url}"\nwire_api = "responses"\nsupports_websockets = {str(websockets).lower()}\n'
+            '\n[model_providers.local.auth]\ncommand = "printenv"\nargs = ["LOCAL_API_KEY"]\n'),
+            {"LOCAL_API_KEY": "x"})
+    check_task_done(events, engine)
+    assert completed(base_url, mode) - before >= STEPS + 1
+    if not websockets:
+        bodies = [body for body in proxy.bodies if "input" in body]
+        assert bodies and not any(item.get("type") == "compaction" for body in bodies for item in body["input"])
