@@ -28,6 +28,8 @@ WEBSOCKET_CONNECTIONS = Gauge("responses_server_websocket_connections", "WebSock
 WEBSOCKET_EVENTS = Counter("responses_server_websocket_events", "WebSocket events, by direction (in: client events, "
                            "out: server events) and type", ["direction", "type"])
 ACTIVE_STREAMS = Gauge("responses_server_active_streams", "SSE streams open now", multiprocess_mode="livesum")
+WAITING_REQUESTS = Gauge("responses_server_waiting_requests", "Requests past --max-concurrent-requests waiting for a "
+                         "place now", multiprocess_mode="livesum")
 CLIENT_DISCONNECTS = Counter("responses_server_client_disconnects",
                              "Responses whose client went away before the end (their engine requests were aborted)")
 STORE_SECONDS = Histogram("responses_server_store_operation_seconds", "Response store calls, by backend and operation",

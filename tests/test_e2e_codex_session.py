@@ -11,10 +11,13 @@ import asyncio
 import json
 import os
 import subprocess
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
+import httpx
 import pytest
 
 from server.config import ServerConfig
@@ -33,6 +36,7 @@ WINDOW = 16_000
 STEPS = 4
 ANSWER = "All four logs were read."
 TASK = "Run the four log commands, one at a time, then say you are done."
+HOLD = "Hold the only place."
 # A summary is asked for by the server's compaction, or by Codex's own (its prompt: "You are performing a CONTEXT
 # CHECKPOINT COMPACTION. Create a handoff summary for another LLM ...").
 SUMMARY_ASKS = (SUMMARY_INSTRUCTION, "CONTEXT CHECKPOINT COMPACTION")
@@ -54,6 +58,8 @@ class TaskEngine(ScriptedEngine):
     output or in a summary), else the final answer."""
 
     summaries: list[str] = field(default_factory=list)
+    hold: threading.Event = field(default_factory=threading.Event)  # a prompt saying HOLD waits for it
+    holding: threading.Event = field(default_factory=threading.Event)  # set once such a prompt waits
 
     def reply(self, prompt: str) -> str:
         done = [step for step in range(1, STEPS + 1) if marker(step) in prompt]
@@ -71,7 +77,11 @@ class TaskEngine(ScriptedEngine):
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         self.requests.append(request)
-        text = self.reply(self.tokenizer.decode(request.prompt_token_ids))
+        prompt = self.tokenizer.decode(request.prompt_token_ids)
+        if HOLD in prompt:
+            self.holding.set()
+            await asyncio.to_thread(self.hold.wait, 120)
+        text = self.reply(prompt)
         tokens = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
         for start in range(0, len(tokens), 16):
             await asyncio.sleep(0)
@@ -79,24 +89,38 @@ class TaskEngine(ScriptedEngine):
             yield EngineStep(token_ids=tokens[start:start + 16], finish_reason="stop" if last else None)
 
 
-@pytest.fixture
-def served(tokenizer: Any) -> Iterator[tuple[TaskEngine, str]]:
-    """The app as the command line serves it (compaction on overflow), a 16,000-token window."""
+def serve(tokenizer: Any, **settings: Any) -> Iterator[tuple[TaskEngine, str, ServingContext]]:
+    """The app as the command line serves it (compaction on overflow), a 16,000-token window; `settings` of its
+    ServerConfig besides."""
     engine = TaskEngine(tokenizer=tokenizer, scripts=[], max_model_len=WINDOW)
     context = ServingContext(config=ServerConfig(served_model_name=MODEL, tool_call_parser="hermes",
-                                                 compact_on_overflow=True), engine_factory=lambda: engine)
+                                                 compact_on_overflow=True, **settings), engine_factory=lambda: engine)
     with serve_in_thread(create_app(context)) as base_url:
-        yield engine, base_url
+        yield engine, base_url, context
 
 
-def codex_session(codex: Path, tmp_path: Path, config: str, env: dict[str, str]) -> list[dict[str, Any]]:
-    """`codex exec --json` of the task in a fresh Codex home configured by `config`; its events."""
+@pytest.fixture
+def served(tokenizer: Any) -> Iterator[tuple[TaskEngine, str, ServingContext]]:
+    yield from serve(tokenizer)
+
+
+@pytest.fixture
+def capped(tokenizer: Any) -> Iterator[tuple[TaskEngine, str, ServingContext]]:
+    """One response at a time, a request past it waiting (as --max-concurrent-requests 1 with the default wait)."""
+    yield from serve(tokenizer, max_concurrent_requests=1, admission_wait_seconds=30.0)
+
+
+def codex_session(codex: Path, tmp_path: Path, config: str, env: dict[str, str],
+                  *resume: str) -> list[dict[str, Any]]:
+    """`codex exec --json` of the task in a Codex home configured by `config` (made on the first run), or with
+    `resume` (`resume THREAD_ID PROMPT`), that thread continued; its events."""
     home, work = tmp_path / "codex-home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
-    (home / "config.toml").write_text(f'model = "{MODEL}"\n{config}')
+    if not home.exists():
+        home.mkdir()
+        work.mkdir()
+        (home / "config.toml").write_text(f'model = "{MODEL}"\n{config}')
     run = subprocess.run([str(codex), "exec", "--skip-git-repo-check", "--json",
-                          "--dangerously-bypass-approvals-and-sandbox", TASK], cwd=work,
+                          "--dangerously-bypass-approvals-and-sandbox", *(resume or [TASK])], cwd=work,
                          env={**os.environ, "CODEX_HOME": str(home), **env}, stdin=subprocess.DEVNULL,
                          capture_output=True, text=True, timeout=600)
     events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
@@ -104,6 +128,11 @@ def codex_session(codex: Path, tmp_path: Path, config: str, env: dict[str, str])
     assert run.returncode == 0 and "turn.completed" in kinds and "turn.failed" not in kinds, \
         run.stdout[-3000:] + run.stderr[-3000:]
     return events
+
+
+def answers(events: list[dict[str, Any]]) -> list[str]:
+    return [event["item"]["text"] for event in events if event["type"] == "item.completed"
+            and event["item"]["type"] == "agent_message"]
 
 
 def completed(base_url: str, mode: str) -> float:
@@ -116,9 +145,7 @@ def check_task_done(events: list[dict[str, Any]], engine: TaskEngine) -> None:
                 and event["item"]["type"] == "command_execution"]
     assert [c["exit_code"] for c in commands] == [0] * STEPS
     assert [marker(step) in c["aggregated_output"] for step, c in enumerate(commands, 1)] == [True] * STEPS
-    answers = [event["item"]["text"] for event in events if event["type"] == "item.completed"
-               and event["item"]["type"] == "agent_message"]
-    assert answers[-1] == ANSWER
+    assert answers(events)[-1] == ANSWER
     assert engine.summaries, "the session never compacted"
     assert all(len(request.prompt_token_ids) < WINDOW for request in engine.requests)
 
@@ -127,11 +154,17 @@ def test_on_the_built_in_provider_the_server_compacts_when_the_window_overflows(
         served: tuple[TaskEngine, str], codex: Path, tmp_path: Path) -> None:
     """`openai_base_url` and nothing else: Codex talks over its WebSocket, assumes a far larger window, and would
     end its thread on a 400; the server summarizes the history itself and answers."""
-    engine, base_url = served
+    engine, base_url, _ = served
     before = completed(base_url, "websocket")
     events = codex_session(codex, tmp_path, f'openai_base_url = "{base_url}"\n', {"OPENAI_API_KEY": "x"})
     check_task_done(events, engine)
     assert completed(base_url, "websocket") - before >= STEPS + 1  # each command's turn, and the answer's
+    # `codex exec resume` continues the compacted thread: the summary says every log was read.
+    thread = next(event["thread_id"] for event in events if event["type"] == "thread.started")
+    resumed = codex_session(codex, tmp_path, "", {"OPENAI_API_KEY": "x"}, "resume", thread, "Are you done?")
+    assert answers(resumed) == [ANSWER]
+    assert "Are you done?" in engine.tokenizer.decode(engine.requests[-1].prompt_token_ids)
+    assert len(engine.requests[-1].prompt_token_ids) < WINDOW
 
 
 @pytest.mark.parametrize("websockets", [False, True], ids=["http", "websocket"])
@@ -139,19 +172,46 @@ def test_on_a_custom_provider_codex_reads_the_window_and_compacts_in_time(
         served: tuple[TaskEngine, str], codex: Path, tmp_path: Path, websockets: bool) -> None:
     """A custom provider, its key from a command (as the README shows): Codex reads the catalog and compacts before
     the overflow; no request the server receives overflows."""
-    engine, base_url = served
+    engine, base_url, _ = served
     mode = "websocket" if websockets else "stream"
     before = completed(base_url, mode)
     proxy = RecordingProxy(base_url)
     with serve_in_thread(proxy.app()) as proxy_url:
         url = base_url if websockets else proxy_url
-        events = codex_session(codex, tmp_path, (
-            'model_provider = "local"\n\n[model_providers.local]\nname = "responses-server"\n'
-            f'base_url = "{url}"\nwire_api = "responses"\nsupports_websockets = {str(websockets).lower()}\n'
-            '\n[model_providers.local.auth]\ncommand = "printenv"\nargs = ["LOCAL_API_KEY"]\n'),
-            {"LOCAL_API_KEY": "x"})
+        events = codex_session(codex, tmp_path, custom_provider(url, websockets), {"LOCAL_API_KEY": "x"})
     check_task_done(events, engine)
     assert completed(base_url, mode) - before >= STEPS + 1
     if not websockets:
         bodies = [body for body in proxy.bodies if "input" in body]
         assert bodies and not any(item.get("type") == "compaction" for body in bodies for item in body["input"])
+
+
+def custom_provider(url: str, websockets: bool = False) -> str:
+    """A custom provider's config, its key from a command as the README shows (so Codex reads the catalog)."""
+    return ('model_provider = "local"\n\n[model_providers.local]\nname = "responses-server"\n'
+            f'base_url = "{url}"\nwire_api = "responses"\nsupports_websockets = {str(websockets).lower()}\n'
+            '\n[model_providers.local.auth]\ncommand = "printenv"\nargs = ["LOCAL_API_KEY"]\n')
+
+
+def test_at_the_concurrency_cap_a_codex_turn_waits_for_a_place_and_completes(
+        capped: tuple[TaskEngine, str, ServingContext], codex: Path, tmp_path: Path) -> None:
+    """Codex ends its thread on a 429: past the cap, its request waits for the place another response holds."""
+    engine, base_url, context = capped
+    holder = threading.Thread(target=httpx.post, args=(f"{base_url}/responses",),
+                              kwargs={"json": {"model": MODEL, "input": HOLD}, "timeout": 120}, daemon=True)
+    holder.start()
+    assert engine.holding.wait(60)
+    waited = threading.Event()
+
+    def release_once_codex_waits() -> None:
+        deadline = time.monotonic() + 120
+        while context.admission.waiting == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if context.admission.waiting:
+            waited.set()
+        engine.hold.set()
+
+    threading.Thread(target=release_once_codex_waits, daemon=True).start()
+    events = codex_session(codex, tmp_path, custom_provider(base_url), {"LOCAL_API_KEY": "x"})
+    assert waited.is_set()  # Codex's first request waited while the place was held
+    check_task_done(events, engine)

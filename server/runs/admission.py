@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from server.metrics import WAITING_REQUESTS
+
 RETRY_AFTER_SECONDS = 1
 
 
@@ -47,6 +49,7 @@ class Admission:
     slots: set[Slot] = field(default_factory=set)
     draining: bool = False
     freed: asyncio.Event = field(default_factory=asyncio.Event)  # set when a place is given back
+    waiting: int = 0  # requests past the cap, waiting for a place
 
     @property
     def active(self) -> int:
@@ -72,10 +75,15 @@ class Admission:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise
+                self.waiting += 1
+                WAITING_REQUESTS.inc()
                 try:
                     await asyncio.wait_for(self.freed.wait(), min(left, 1.0))  # and a look each second regardless
                 except asyncio.TimeoutError:
                     pass
+                finally:
+                    self.waiting -= 1
+                    WAITING_REQUESTS.dec()
 
     async def drain(self, timeout: float, reason: str) -> int:
         """Admit no more; let running responses finish for `timeout` seconds, then stop the rest with `reason`.
