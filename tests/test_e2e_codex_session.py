@@ -1,9 +1,9 @@
 """End to end: a Codex session that outgrows the model's window completes, however Codex connects. Four commands each
 print 1,500 lines into a 16,000-token window: on Codex's built-in provider over its WebSocket (it never learns the
 window, so the server compacts on overflow), and on a custom provider over HTTP and over a WebSocket (it reads the
-server's catalog, and compacts before the overflow). The model is a test double that plays the task by what its
-prompt holds, as a real agent would: it runs the next command whose output it has not seen, and summarizes when
-asked to."""
+server's catalog, and compacts before the overflow); on the chat-template path and on the harmony path. The model is
+a test double that plays the task by what its prompt holds, as a real agent would: it runs the next command whose
+output it has not seen, and summarizes when asked to."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import httpx
 import pytest
@@ -51,63 +51,101 @@ def command(step: int) -> str:
     return f"seq 1 1500 | sed 's/^/row of log {step}: /'; echo MARK$((100+{step}))"
 
 
+@dataclass(frozen=True)
+class Dialect:
+    """How a model path's prompts read and its outputs are written: chat template (Hermes calls) or harmony."""
+
+    decode: Callable[[list[int]], str]
+    user_turn: str  # where a user turn starts in a decoded prompt
+    turn: str  # where any turn starts
+    call: Callable[[str, dict[str, str]], list[int]]  # a tool call's tokens, to its end
+    text: Callable[[str], list[int]]  # an answer's tokens, to its end
+    offered: Callable[[str], str]  # how the prompt shows a tool of that name among those offered
+
+
+def chat_dialect(tokenizer: Any) -> Dialect:
+    def tokens(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+
+    return Dialect(tokenizer.decode, "<|im_start|>user", "<|im_start|>",
+                   lambda name, arguments: tokens("<tool_call>\n" + json.dumps({"name": name, "arguments": arguments})
+                                                  + "\n</tool_call>"),
+                   tokens, lambda name: f'"name": "{name}"')
+
+
+def harmony_dialect() -> Dialect:
+    from server.paths.harmony import harmony_encoding
+    from tests.test_harmony import CALL, completion
+
+    encoding = harmony_encoding()
+    return Dialect(encoding.decode, "<|start|>user", "<|start|>",
+                   lambda name, arguments: completion(("commentary", f"functions.{name}", json.dumps(arguments)),
+                                                      end=CALL),
+                   lambda text: completion(("final", None, text)), lambda name: f"type {name} =")
+
+
 @dataclass
 class TaskEngine(ScriptedEngine):
-    """Answers each request from its prompt: a summary when the last user turn asks for one (the server's
+    """Answers each request from its prompt: a summary when the last turn is a user's asking for one (the server's
     compaction or Codex's own), else a call of the next command whose output the prompt does not hold (in a tool
     output or in a summary), else the final answer."""
 
+    dialect: Dialect | None = None
     summaries: list[str] = field(default_factory=list)
     hold: threading.Event = field(default_factory=threading.Event)  # a prompt saying HOLD waits for it
     holding: threading.Event = field(default_factory=threading.Event)  # set once such a prompt waits
 
-    def reply(self, prompt: str) -> str:
+    def reply(self, prompt: str) -> list[int]:
+        assert self.dialect is not None
         done = [step for step in range(1, STEPS + 1) if marker(step) in prompt]
-        last_user = prompt.rsplit("<|im_start|>user", 1)[-1]  # with what follows it: the generation prompt alone?
-        asks_summary = any(ask in last_user for ask in SUMMARY_ASKS)
-        if asks_summary and last_user.count("<|im_start|>") == 1:
+        last_user = prompt.rsplit(self.dialect.user_turn, 1)[-1]  # with what follows: the generation prompt alone?
+        if any(ask in last_user for ask in SUMMARY_ASKS) and last_user.count(self.dialect.turn) == 1:
             self.summaries.append(last_user)
-            return "Progress: the user asked for four log commands; seen so far: " + ", ".join(
-                marker(step) for step in done) + "."
+            return self.dialect.text("Progress: the user asked for four log commands; seen so far: " + ", ".join(
+                marker(step) for step in done) + ".")
         left = [step for step in range(1, STEPS + 1) if step not in done]
         if not left:
-            return ANSWER
-        name, key = ("shell_command", "command") if '"shell_command"' in prompt else ("exec_command", "cmd")
-        return "<tool_call>\n" + json.dumps({"name": name, "arguments": {key: command(left[0])}}) + "\n</tool_call>"
+            return self.dialect.text(ANSWER)
+        name, key = ("shell_command", "command") if self.dialect.offered("shell_command") in prompt else (
+            "exec_command", "cmd")
+        return self.dialect.call(name, {key: command(left[0])})
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
+        assert self.dialect is not None
         self.requests.append(request)
-        prompt = self.tokenizer.decode(request.prompt_token_ids)
+        prompt = self.dialect.decode(request.prompt_token_ids)
         if HOLD in prompt:
             self.holding.set()
             await asyncio.to_thread(self.hold.wait, 120)
-        text = self.reply(prompt)
-        tokens = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        tokens = self.reply(prompt)
         for start in range(0, len(tokens), 16):
             await asyncio.sleep(0)
             last = start + 16 >= len(tokens)
             yield EngineStep(token_ids=tokens[start:start + 16], finish_reason="stop" if last else None)
 
 
-def serve(tokenizer: Any, **settings: Any) -> Iterator[tuple[TaskEngine, str, ServingContext]]:
-    """The app as the command line serves it (compaction on overflow), a 16,000-token window; `settings` of its
-    ServerConfig besides."""
-    engine = TaskEngine(tokenizer=tokenizer, scripts=[], max_model_len=WINDOW)
-    context = ServingContext(config=ServerConfig(served_model_name=MODEL, tool_call_parser="hermes",
-                                                 compact_on_overflow=True, **settings), engine_factory=lambda: engine)
+def serve(tokenizer: Any, path: str, **settings: Any) -> Iterator[tuple[TaskEngine, str, ServingContext]]:
+    """The app as the command line serves it (compaction on overflow), a 16,000-token window, on the chat-template
+    path (the bundled tokenizer, Hermes calls) or the harmony path; `settings` of its ServerConfig besides."""
+    harmony = path == "harmony"
+    engine = TaskEngine(tokenizer=None if harmony else tokenizer, scripts=[], max_model_len=WINDOW,
+                        dialect=harmony_dialect() if harmony else chat_dialect(tokenizer))
+    config = ServerConfig(served_model_name=MODEL, harmony=harmony, tool_call_parser=None if harmony else "hermes",
+                          compact_on_overflow=True, **settings)
+    context = ServingContext(config=config, engine_factory=lambda: engine)
     with serve_in_thread(create_app(context)) as base_url:
         yield engine, base_url, context
 
 
-@pytest.fixture
-def served(tokenizer: Any) -> Iterator[tuple[TaskEngine, str, ServingContext]]:
-    yield from serve(tokenizer)
+@pytest.fixture(params=["chat", "harmony"])
+def served(request: pytest.FixtureRequest, tokenizer: Any) -> Iterator[tuple[TaskEngine, str, ServingContext]]:
+    yield from serve(tokenizer, request.param)
 
 
 @pytest.fixture
 def capped(tokenizer: Any) -> Iterator[tuple[TaskEngine, str, ServingContext]]:
     """One response at a time, a request past it waiting (as --max-concurrent-requests 1 with the default wait)."""
-    yield from serve(tokenizer, max_concurrent_requests=1, admission_wait_seconds=30.0)
+    yield from serve(tokenizer, "chat", max_concurrent_requests=1, admission_wait_seconds=30.0)
 
 
 def codex_session(codex: Path, tmp_path: Path, config: str, env: dict[str, str],
@@ -163,7 +201,7 @@ def test_on_the_built_in_provider_the_server_compacts_when_the_window_overflows(
     thread = next(event["thread_id"] for event in events if event["type"] == "thread.started")
     resumed = codex_session(codex, tmp_path, "", {"OPENAI_API_KEY": "x"}, "resume", thread, "Are you done?")
     assert answers(resumed) == [ANSWER]
-    assert "Are you done?" in engine.tokenizer.decode(engine.requests[-1].prompt_token_ids)
+    assert engine.dialect is not None and "Are you done?" in engine.dialect.decode(engine.requests[-1].prompt_token_ids)
     assert len(engine.requests[-1].prompt_token_ids) < WINDOW
 
 
