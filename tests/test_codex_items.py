@@ -43,3 +43,22 @@ def test_codex_items_are_accepted_and_rendered(harness: Harness, tokenizer: Any,
         assert words in prompt, f"{words!r} is not in the prompt:\n{prompt}"
     for words in LEFT_OUT:
         assert words not in prompt, f"{words!r} reached the prompt"
+
+
+VIEW_IMAGE = {"type": "function", "name": "view_image", "description": "View a local image file.",
+              "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
+
+
+@pytest.mark.parametrize("modalities", [("text",), ("text", "image")])
+def test_codex_image_tool_is_offered_only_to_a_model_that_sees(tokenizer: Any, modalities: tuple[str, ...]) -> None:
+    """Codex offers view_image whatever its catalog says; a text-only model would call it, and the image it returns
+    could not be shown: that model is not offered it (the response still echoes the tools as sent)."""
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(
+        tokenizer.encode("Done.") + [tokenizer.eos_token_id], cuts=[1])], input_modalities=modalities)
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine)
+    with serve_in_thread(create_app(context)) as base_url:
+        response = Harness(engine, base_url).post(input=[USER], tools=[SHELL, VIEW_IMAGE], store=False)
+    assert response.status_code == 200, response.text
+    prompt = tokenizer.decode(engine.requests[-1].prompt_token_ids)
+    assert SHELL["name"] in prompt and ("View a local image file." in prompt) == ("image" in modalities)
+    assert [tool["name"] for tool in response.json()["tools"]] == [SHELL["name"], "view_image"]

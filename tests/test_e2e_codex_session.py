@@ -70,7 +70,7 @@ def chat_dialect(tokenizer: Any) -> Dialect:
     return Dialect(tokenizer.decode, "<|im_start|>user", "<|im_start|>",
                    lambda name, arguments: tokens("<tool_call>\n" + json.dumps({"name": name, "arguments": arguments})
                                                   + "\n</tool_call>"),
-                   tokens, lambda name: f'"name": "{name}"')
+                   tokens, lambda name: f'"name":"{name}"')
 
 
 def harmony_dialect() -> Dialect:
@@ -165,6 +165,8 @@ def codex_session(codex: Path, tmp_path: Path, config: str, env: dict[str, str],
     kinds = [event["type"] for event in events]
     assert run.returncode == 0 and "turn.completed" in kinds and "turn.failed" not in kinds, \
         run.stdout[-3000:] + run.stderr[-3000:]
+    if "model_providers.local.auth" in config:  # it reads the catalog: it knows the model
+        assert "metadata" not in run.stdout + run.stderr, run.stderr[-2000:]
     return events
 
 
@@ -186,6 +188,9 @@ def check_task_done(events: list[dict[str, Any]], engine: TaskEngine) -> None:
     assert answers(events)[-1] == ANSWER
     assert engine.summaries, "the session never compacted"
     assert all(len(request.prompt_token_ids) < WINDOW for request in engine.requests)
+    assert engine.dialect is not None  # Codex offers view_image; this model reads no images, so it is not offered
+    assert not any(engine.dialect.offered("view_image") in engine.dialect.decode(request.prompt_token_ids)
+                   for request in engine.requests)
 
 
 def test_on_the_built_in_provider_the_server_compacts_when_the_window_overflows(

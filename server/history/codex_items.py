@@ -1,5 +1,6 @@
 """Codex's items that are not tool calls, as the vocabulary the model paths render: messages, a compaction, or
-nothing, each with its reason (tool calls are server/tools/function_view.py's)."""
+nothing, each with its reason (tool calls are server/tools/function_view.py's); and its image tool, offered only to
+a model that reads images."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from server.requests import (
     ResponsesRequest,
 )
 
+# Codex offers this tool (its output: the image at a path) whatever its catalog says the model reads.
+IMAGE_TOOL = "view_image"
 _CODEX_ITEMS = (AgentMessageItem, ImageGenerationCallItem, ContextCompactionItem, CompactionTriggerItem,
                 AdditionalToolsItem, ConfigurationUpdateItem)
 
@@ -44,3 +47,12 @@ def _shown(item: Any) -> list[Any]:
     if isinstance(item, (CompactionTriggerItem, AdditionalToolsItem, ConfigurationUpdateItem)):
         return []
     return [item]
+
+
+def without_image_tool(request: ResponsesRequest, input_modalities: tuple[str, ...]) -> ResponsesRequest:
+    """The request without Codex's image tool when the model reads no images: called, its output (an image) could
+    not be shown to the model, and the thread would end on the refusal."""
+    if "image" in input_modalities:
+        return request
+    tools = [tool for tool in request.tools if not (tool.get("type") == "function" and tool.get("name") == IMAGE_TOOL)]
+    return request if len(tools) == len(request.tools) else request.model_copy(update={"tools": tools})

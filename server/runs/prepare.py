@@ -10,7 +10,7 @@ from typing import Any, Awaitable, Callable, Mapping, MutableMapping
 
 from openai.types.responses import Response, ResponseCompactionItem, ResponseOutputItem
 
-from server.history.codex_items import rendered_codex_items
+from server.history.codex_items import rendered_codex_items, without_image_tool
 from server.history.compaction import compacted_response, summary_request
 from server.config import ServerConfig
 from server.constraints.rules import OutputRules, check_schemas, output_rules
@@ -219,6 +219,7 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
                            param="input")
     conversation = (hosted or HostedTools(context.config.mcp)).view(conversation)
     engine, path = context.started()
+    conversation = without_image_tool(conversation, engine.input_modalities)
     params = checked_images(body, engine.input_modalities, fetched)  # before rendering: a bad image names its part
     await asyncio.to_thread(check_schemas, conversation)  # before rendering, which writes them out; off the loop
     rendered = render_to_fit(path.render, conversation, engine.max_model_len)
