@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -51,11 +52,15 @@ class ServingContext:
     started_at: int = field(default_factory=lambda: int(time.time()))
     work_pool: WorkPool = field(init=False)  # CPU-heavy input work, off the event loop
     file_texts: FileTexts = field(init=False)  # files' texts, read once
+    # Prompts rendered and tokenized off the event loop, one at a time: a long history takes a thread, not every
+    # stream of the process (the tokenizer releases the GIL), and a tokenizer is not shared between threads at once.
+    renderer: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:
         self.admission.limit = self.config.max_concurrent_requests
         self.work_pool = WorkPool(self.config.input_work)
         self.file_texts = FileTexts(self.work_pool)
+        self.renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
 
     def started(self) -> tuple[Engine, ModelPath]:
         """The engine and the model path, once `start()` has run (the app's lifespan runs it)."""

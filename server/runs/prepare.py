@@ -222,7 +222,8 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
     conversation = without_image_tool(conversation, engine.input_modalities)
     params = checked_images(body, engine.input_modalities, fetched)  # before rendering: a bad image names its part
     await asyncio.to_thread(check_schemas, conversation)  # before rendering, which writes them out; off the loop
-    rendered = render_to_fit(path.render, conversation, engine.max_model_len)
+    rendered = await asyncio.get_running_loop().run_in_executor(context.renderer, render_to_fit, path.render,
+                                                                conversation, engine.max_model_len)
     images = await decoded_images(rendered.images, params, context.work_pool, fetched,
                                   context.config.max_request_pixels)  # those the prompt kept
     prompt = rendered.token_ids
