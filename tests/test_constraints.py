@@ -287,6 +287,13 @@ HARMONY_CASES = [
      ANALYSIS + "<|channel|>final<|message|>It is sunny.<|return|>", True),
     ("auto with a strict tool: a preamble then a call", {"tools": [WEATHER, TIME]},
      "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant" + CALL + "<|call|>", True),
+    # A preamble comes before a call: with none possible, it would only be prose beside the JSON answer, and the
+    # SDK's output_text (every message's text) would no longer parse (the tiny gpt-oss wrote one).
+    ("json answer, no tools: a preamble first", {"text": {"format": {"type": "json_object"}}},
+     "<|channel|>commentary<|message|>Here it is.<|end|><|start|>assistant<|channel|>final<|message|>{}<|return|>",
+     False),
+    ("json answer, no tools: reasoning first", {"text": {"format": {"type": "json_object"}}},
+     ANALYSIS + "<|channel|>final<|message|>{}<|return|>", True),
 ]
 
 
@@ -376,10 +383,11 @@ _ANSWER_HEADER = "<|channel|>final"
 
 
 def _json_then_call(compiler: xgrammar.GrammarCompiler, order: tuple[str, str]) -> dict[str, set[int]]:
-    """What each of a JSON answer's and a required call's grammars allows after its header, compiled in `order`."""
+    """What each of a JSON answer's (a tool offered) and a required call's grammars allows after its header,
+    compiled in `order`."""
     path = HarmonyPath(ServerConfig(served_model_name="gpt-oss"))
     tags = {"json": (path.structural_tag(_rules(text={"format": {"type": "json_schema", "name": "c",
-                                                                  "schema": CITY}})), _ANSWER_HEADER),
+                                                                  "schema": CITY}}, tools=[WEATHER])), _ANSWER_HEADER),
             "call": (path.structural_tag(_rules(tools=[WEATHER], tool_choice="required")), _CALL_HEADER)}
     return {name: _specials_allowed_after(compiler, *tags[name]) for name in order}
 

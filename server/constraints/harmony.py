@@ -1,8 +1,8 @@
 """Structural tags for harmony (gpt-oss): reasoning bounded by the budget, the `final` channel or the call constrained.
 
-One assistant turn is up to EARLIER_MESSAGES `analysis` (or preamble `commentary`) messages, each at most a quarter
-of the output budget in tokens (budget_shares), then the message that ends the turn, in the budget left: a `final`
-answer (its JSON when `text.format` asks for it) or a call
+One assistant turn is up to EARLIER_MESSAGES `analysis` (or, when a call may follow, preamble `commentary`) messages,
+each at most a quarter of the output budget in tokens (budget_shares), then the message that ends the turn, in the
+budget left: a `final` answer (its JSON when `text.format` asks for it) or a call
 `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}`. Harmony's special tokens are matched
 by id and kept out of free text, so free text cannot swallow a channel change. The engine stops at `<|return|>`
 or `<|call|>` once the grammar has ended.
@@ -41,7 +41,9 @@ def harmony_structural_tag(rules: OutputRules, token_id: Callable[[str], int]) -
                     else _call(ids, _recipient(rules.calls, name), schema, answer_budget)
                     for name, schema in rules.calls.schemas.items()]
     body = _free_tokens(ids, per_message)
-    message = {"type": "or", "elements": [_message(ids, "analysis", body), _message(ids, "commentary", body)]}
+    # A preamble (`commentary`) comes before a call: with no call possible, it would be prose beside the answer.
+    channels = ("analysis", "commentary") if rules.calls is not None else ("analysis",)
+    message = {"type": "or", "elements": [_message(ids, channel, body) for channel in channels]}
     earlier = {"type": "repeat", "min": 0, "max": EARLIER_MESSAGES, "content": message}
     turn = _sequence(earlier, endings[0] if len(endings) == 1 else {"type": "or", "elements": endings})
     return json.dumps({"type": "structural_tag", "format": turn})
