@@ -621,3 +621,24 @@ def test_a_non_strict_tool_whose_schema_no_bound_limits_is_called_with_a_bounded
     assert rules.calls is not None and budget_bounds(rules.calls.schemas["lookup"], 256) is not None
     strict = _budgeted(256, tools=[{**loose, "strict": True}], tool_choice="required")
     assert strict.calls is not None and strict.calls.schemas["lookup"] == parameters
+
+
+@pytest.mark.parametrize("budget", [120, 160])
+def test_a_json_answer_too_big_for_the_reasoning_shares_still_closes_within_the_budget(budget: int) -> None:
+    """City's JSON needs ~110 bytes: under 120 or 160 tokens, the quarter-budget reasoning shares left the answer
+    too little room to bound it, and the tiny gpt-oss's answer ran past max_output_tokens, open. The shares
+    shrink until the answer can be bounded: a name written as long as the grammar lets it still closes in time."""
+    tag = HarmonyPath(ServerConfig(served_model_name="gpt-oss")).structural_tag(_budgeted(
+        budget, text={"format": {"type": "json_schema", "name": "c", "schema": CITY}}))
+    assert tag is not None
+    encoding = harmony_encoding()
+    matcher = xgrammar.GrammarMatcher(_harmony_compiler().compile_structural_tag(tag))
+    tokens = encoding.encode('<|channel|>final<|message|>{"name":"', allowed_special="all")
+    assert all(matcher.accept_token(t) for t in tokens)
+    letter = encoding.encode("a")[0]
+    written = len(tokens)
+    while written <= budget and matcher.accept_token(letter):  # the name as long as the grammar lets it grow
+        written += 1
+    assert written < budget  # the grammar closed the string before the budget ran out
+    rest = encoding.encode('","population":1,"area":1}<|return|>', allowed_special="all")
+    assert all(matcher.accept_token(t) for t in rest) and written + len(rest) <= budget

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from parsers.harmony import FUNCTIONS_PREFIX, HARMONY_TOKENS, recipient
 from server.constraints.chat import Format, call_budget, grammar_format
+from server.constraints.json_budget import budget_bounds, is_bounded
 from server.constraints.rules import CallRules, OutputRules
 
 # Analysis and preamble messages before the turn's last one, at most; a quarter of the output budget each.
@@ -30,7 +31,7 @@ def harmony_structural_tag(rules: OutputRules, token_id: Callable[[str], int]) -
     if not rules.needs_grammar:
         return None
     ids = {name: token_id(name) for name in HARMONY_TOKENS}
-    per_message, answer_budget = budget_shares(rules.answer_budget)
+    per_message, answer_budget = budget_shares(rules.answer_budget, lambda left: _closes(rules, left))
     text = _free_text()
     final = _sequence(_token(ids["<|channel|>"]), _text("final"), _token(ids["<|message|>"]),
                       grammar_format(rules.answer_schema, answer_budget) if rules.answer_schema is not None else text)
@@ -44,20 +45,37 @@ def harmony_structural_tag(rules: OutputRules, token_id: Callable[[str], int]) -
     # A preamble (`commentary`) comes before a call: with no call possible, it would be prose beside the answer.
     channels = ("analysis", "commentary") if rules.calls is not None else ("analysis",)
     message = {"type": "or", "elements": [_message(ids, channel, body) for channel in channels]}
-    earlier = {"type": "repeat", "min": 0, "max": EARLIER_MESSAGES, "content": message}
+    earlier = {"type": "repeat", "min": 0, "max": EARLIER_MESSAGES if per_message != 0 else 0, "content": message}
     turn = _sequence(earlier, endings[0] if len(endings) == 1 else {"type": "or", "elements": endings})
     return json.dumps({"type": "structural_tag", "format": turn})
 
 
-def budget_shares(budget: int | None) -> tuple[int | None, int | None]:
+def budget_shares(budget: int | None, closes: Callable[[int], bool] = lambda left: True) -> tuple[int | None, int | None]:
     """(tokens each earlier message may take, bytes the answer or call may take) under an output budget in tokens.
 
     Reasoning and preambles come before the message that ends the turn and share its budget; bounded, they leave
-    the JSON answer or the call the rest, so it still closes within `max_output_tokens`."""
+    the JSON answer or the call the rest, so it still closes within `max_output_tokens`. Their share (a quarter of
+    the budget each) halves while the rest is too little for the answer to be bounded (`closes(bytes)` False), down
+    to none: then there is no reasoning, and the answer has the whole budget."""
     if budget is None:
         return None, None
     per_message = budget // 4
-    return per_message, max(budget - EARLIER_MESSAGES * (per_message + MESSAGE_OVERHEAD), 1)
+    while per_message > 0:
+        left = max(budget - EARLIER_MESSAGES * (per_message + MESSAGE_OVERHEAD), 1)
+        if closes(left):
+            return per_message, left
+        per_message //= 2
+    return 0, budget
+
+
+def _closes(rules: OutputRules, left: int) -> bool:
+    """Whether a JSON answer, and each call's arguments, can be bounded to close within `left` bytes (those whose
+    schema no bound limits are not counted: no share of reasoning would bound them)."""
+    wanted = [(rules.answer_schema, left)] if rules.answer_schema is not None else []
+    if rules.calls is not None:
+        wanted += [(schema, call_budget(left, f"commentary to={_recipient(rules.calls, name)} ", "json", "....") or 0)
+                   for name, schema in rules.calls.schemas.items() if name not in rules.calls.custom]
+    return all(budget_bounds(schema, room) is not None for schema, room in wanted if is_bounded(schema))
 
 
 def _free_tokens(ids: dict[str, int], most: int | None) -> Format:
