@@ -50,7 +50,8 @@ def harmony_structural_tag(rules: OutputRules, token_id: Callable[[str], int]) -
     return json.dumps({"type": "structural_tag", "format": turn})
 
 
-def budget_shares(budget: int | None, closes: Callable[[int], bool] = lambda left: True) -> tuple[int | None, int | None]:
+def budget_shares(budget: int | None,
+                  closes: Callable[[int], bool] = lambda left: True) -> tuple[int | None, int | None]:
     """(tokens each earlier message may take, bytes the answer or call may take) under an output budget in tokens.
 
     Reasoning and preambles come before the message that ends the turn and share its budget; bounded, they leave
