@@ -5,7 +5,6 @@ the scenarios cannot show: hosted tools, and a shutdown that leaves no engine pr
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -113,29 +112,9 @@ def test_every_constrained_output_closes_within_its_budget_on_the_tiny_gpt_oss(g
     """As on the bundled model (tests/e2e_one_server): at temperature 1.0, small budgets, fixed seeds, random
     weights, every JSON answer and call (reasoning first, then the final message or the call) parses, validates and
     is complete."""
-    import jsonschema
-    from openai import AsyncOpenAI
+    from tests.e2e_one_server.test_e2e_requests import check_constrained_outputs_close
 
-    from tests.e2e_one_server.test_e2e_requests import BUDGETS, CONSTRAINED, SEEDS
-
-    cases = [(kind, budget, seed) for kind in CONSTRAINED for budget in BUDGETS for seed in SEEDS]
-
-    async def run() -> list[Any]:
-        client = AsyncOpenAI(base_url=gpt_oss.base_url, api_key="unused", max_retries=0, timeout=600)
-        return await asyncio.gather(*(client.responses.create(
-            model=MODEL, input="Describe Paris as JSON, or call a tool about it.", temperature=1.0,
-            max_output_tokens=budget, extra_body={"seed": seed}, **CONSTRAINED[kind][0]) for kind, budget, seed in cases))
-
-    for (kind, budget, seed), response in zip(cases, asyncio.run(run())):
-        where = f"{kind} at {budget} tokens, seed {seed}"
-        assert response.status == "completed", (where, response.output)
-        calls = [item for item in response.output if item.type == "function_call"]
-        text = calls[0].arguments if calls else response.output_text
-        try:
-            parsed = json.loads(text)
-        except ValueError as exc:
-            raise AssertionError(f"{where}: {text!r} in {response.output}") from exc
-        jsonschema.validate(parsed, CONSTRAINED[kind][1])
+    check_constrained_outputs_close(gpt_oss.base_url, MODEL)
 
 
 def test_a_shutdown_mid_generation_leaves_no_engine_process(gpt_oss: RunningServer) -> None:
