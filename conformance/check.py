@@ -37,7 +37,6 @@ def run_checks(endpoint: Endpoint, scenarios: Sequence[str], transports: Sequenc
     of them run at once. A failure is recorded, never raised."""
     made: dict[str, Transport] = {"http": JsonTransport(endpoint), "sse": SseTransport(endpoint),
                                   "websocket": WebSocketTransport(endpoint)}
-    outcomes: list[Outcome] = []
     with ThreadPoolExecutor(max_workers=PARALLEL_RUNS if parallel else 1) as pool:
         runs = [pool.submit(_outcome, name, SCENARIOS[name][0], made[transport], endpoint) for name in scenarios
                 for transport in transports if SCENARIOS[name][1] is None or transport in SCENARIOS[name][1]]
@@ -88,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="send vLLM's `seed` with every request, so a model samples the same output each run "
                              "(a server that takes no `seed`, such as OpenAI's, refuses it)")
     parser.add_argument("--parallel", action="store_true",
-                        help=f"run up to {PARALLEL_RUNS} scenario runs at once (faster; the requests then share the engine)")
+                        help=f"run up to {PARALLEL_RUNS} scenario runs at once (faster; the requests then share the "
+                             "engine)")
     return parser
 
 
