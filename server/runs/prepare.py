@@ -83,9 +83,9 @@ async def _first_run(context: ServingContext, conversation: ResponsesRequest, bo
     """The run as asked, and whether the conversation overflowed the context and is to be compacted first
     (`--compact-on-overflow`, truncation unset). A run to be compacted first is rendered with truncation "auto": it
     stands in until the compacted one replaces it."""
+    stand_in = conversation.model_copy(update={"truncation": "auto"})
     if compacting:
-        return await prepare_run(context, conversation.model_copy(update={"truncation": "auto"}), body, fetched,
-                                 hosted), False
+        return await prepare_run(context, stand_in, body, fetched, hosted), False
     try:
         return await prepare_run(context, conversation, body, fetched, hosted), False
     except RequestError as error:
@@ -94,8 +94,7 @@ async def _first_run(context: ServingContext, conversation: ResponsesRequest, bo
             raise
         overflow = error
     try:
-        return await prepare_run(context, conversation.model_copy(update={"truncation": "auto"}), body, fetched,
-                                 hosted), True
+        return await prepare_run(context, stand_in, body, fetched, hosted), True
     except RequestError:
         raise overflow from None  # not even the newest items fit: the summary would not either
 
