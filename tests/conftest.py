@@ -85,6 +85,15 @@ def codex(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return prefix / "node_modules" / ".bin" / "codex"
 
 
+def codex_provider(base_url: str, websockets: bool = False, catalog: bool = True) -> str:
+    """Codex's config.toml lines for a custom provider `local` at `base_url`, its key in $LOCAL_API_KEY: given by a
+    command with `catalog` (as the README shows; Codex then reads the server's catalog), else as `env_key`."""
+    key = ('\n[model_providers.local.auth]\ncommand = "printenv"\nargs = ["LOCAL_API_KEY"]\n' if catalog
+           else 'env_key = "LOCAL_API_KEY"\n')
+    return ('model_provider = "local"\n\n[model_providers.local]\nname = "responses-server"\n'
+            f'base_url = "{base_url}"\nwire_api = "responses"\nsupports_websockets = {str(websockets).lower()}\n{key}')
+
+
 def run_codex(codex: Path, base_url: str, model: str, tmp_path: Path, prompt: str,
               *flags: str, websockets: bool = False, catalog: bool = False) -> subprocess.CompletedProcess[str]:
     """`codex exec --json PROMPT` against `base_url`, in a fresh Codex home and an empty work directory; with
@@ -93,12 +102,7 @@ def run_codex(codex: Path, base_url: str, model: str, tmp_path: Path, prompt: st
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
     work.mkdir(exist_ok=True)
-    key = ('\n[model_providers.local.auth]\ncommand = "printenv"\nargs = ["LOCAL_API_KEY"]\n' if catalog
-           else 'env_key = "LOCAL_API_KEY"\n')
-    (home / "config.toml").write_text(
-        f'model = "{model}"\nmodel_provider = "local"\n\n[model_providers.local]\nname = "responses-server"\n'
-        f'base_url = "{base_url}"\nwire_api = "responses"\n'
-        f'supports_websockets = {str(websockets).lower()}\n{key}')
+    (home / "config.toml").write_text(f'model = "{model}"\n' + codex_provider(base_url, websockets, catalog))
     return subprocess.run([str(codex), "exec", "--skip-git-repo-check", "--json", *flags, prompt],
                           cwd=work, env={**os.environ, "CODEX_HOME": str(home), "LOCAL_API_KEY": "x"},
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)

@@ -25,7 +25,7 @@ from server.engine.interface import EngineRequest, EngineStep
 from server.history.compaction import SUMMARY_INSTRUCTION
 from server.http.app import create_app
 from server.serving import ServingContext
-from tests.conftest import serve_in_thread
+from tests.conftest import codex_provider, serve_in_thread
 from tests.proxy import RecordingProxy
 from tests.scripted_engine import ScriptedEngine
 from tests.test_metrics import scrape, value
@@ -221,19 +221,12 @@ def test_on_a_custom_provider_codex_reads_the_window_and_compacts_in_time(
     proxy = RecordingProxy(base_url)
     with serve_in_thread(proxy.app()) as proxy_url:
         url = base_url if websockets else proxy_url
-        events = codex_session(codex, tmp_path, custom_provider(url, websockets), {"LOCAL_API_KEY": "x"})
+        events = codex_session(codex, tmp_path, codex_provider(url, websockets), {"LOCAL_API_KEY": "x"})
     check_task_done(events, engine)
     assert completed(base_url, mode) - before >= STEPS + 1
     if not websockets:
         bodies = [body for body in proxy.bodies if "input" in body]
         assert bodies and not any(item.get("type") == "compaction" for body in bodies for item in body["input"])
-
-
-def custom_provider(url: str, websockets: bool = False) -> str:
-    """A custom provider's config, its key from a command as the README shows (so Codex reads the catalog)."""
-    return ('model_provider = "local"\n\n[model_providers.local]\nname = "responses-server"\n'
-            f'base_url = "{url}"\nwire_api = "responses"\nsupports_websockets = {str(websockets).lower()}\n'
-            '\n[model_providers.local.auth]\ncommand = "printenv"\nargs = ["LOCAL_API_KEY"]\n')
 
 
 def test_at_the_concurrency_cap_a_codex_turn_waits_for_a_place_and_completes(
@@ -255,6 +248,6 @@ def test_at_the_concurrency_cap_a_codex_turn_waits_for_a_place_and_completes(
         engine.hold.set()
 
     threading.Thread(target=release_once_codex_waits, daemon=True).start()
-    events = codex_session(codex, tmp_path, custom_provider(base_url), {"LOCAL_API_KEY": "x"})
+    events = codex_session(codex, tmp_path, codex_provider(base_url), {"LOCAL_API_KEY": "x"})
     assert waited.is_set()  # Codex's first request waited while the place was held
     check_task_done(events, engine)
