@@ -27,7 +27,7 @@ from server.http.app import create_app
 from server.serving import ServingContext
 from tests.conftest import codex_provider, serve_in_thread
 from tests.proxy import RecordingProxy
-from tests.scripted_engine import ScriptedEngine
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.test_metrics import scrape, value
 
 pytestmark = pytest.mark.e2e
@@ -118,10 +118,9 @@ class TaskEngine(ScriptedEngine):
             self.holding.set()
             await asyncio.to_thread(self.hold.wait, 120)
         tokens = self.reply(prompt)
-        for start in range(0, len(tokens), 16):
+        for step in steps_from_tokens(tokens, cuts=list(range(16, len(tokens), 16))):
             await asyncio.sleep(0)
-            last = start + 16 >= len(tokens)
-            yield EngineStep(token_ids=tokens[start:start + 16], finish_reason="stop" if last else None)
+            yield step
 
 
 def serve(tokenizer: Any, path: str, **settings: Any) -> Iterator[tuple[TaskEngine, str, ServingContext]]:
