@@ -118,6 +118,26 @@ class HarmonyParser:
         preamble its header said it was."""
         return [MessagePhase("commentary")] if self._open == "preamble" else []
 
+    @property
+    def in_custom_call(self) -> bool:
+        """A custom tool's call is open (its input is held until it ends)."""
+        return self._custom is not None
+
+    def open_custom_call(self) -> tuple[str, str] | None:
+        """The open custom call's tool name and its input so far; None: no custom call is open."""
+        if self._custom is None:
+            return None
+        tool, body = self._custom
+        return tool.name, "".join(body)
+
+    def end_custom_call(self, rest: str) -> list[Delta]:
+        """End the open custom call as if its message ended after `rest` (its input's closing, written by the
+        server when the output budget would cut it)."""
+        assert self._custom is not None and self._in_body
+        self._custom[1].append(rest)
+        self._in_body = False
+        return self._close_message()
+
     def _token(self, token_id: int) -> list[Delta]:
         parser, tokens = self._parser, self._tokens
         assert tokens is not None

@@ -114,7 +114,7 @@ def test_every_constrained_output_closes_within_its_budget_on_the_tiny_gpt_oss(g
     is complete."""
     from tests.e2e_one_server.test_e2e_requests import check_constrained_outputs_close
 
-    check_constrained_outputs_close(gpt_oss.base_url, MODEL)
+    check_constrained_outputs_close(gpt_oss.base_url, MODEL, custom_grammar=True)
 
 
 def test_a_shutdown_mid_generation_leaves_no_engine_process(gpt_oss: RunningServer) -> None:

@@ -8,6 +8,7 @@ from typing import Protocol
 from parsers.base import OutputParser
 from parsers.decoder import IncrementalDecoder
 from parsers.tools import ToolTable
+from server.constraints.closing import GrammarClosing
 from server.constraints.rules import OutputRules
 from server.requests import ContentPart, ResponsesRequest
 
@@ -40,6 +41,10 @@ class ModelPath(Protocol):
         ...
 
     def new_parser(self, rendered: RenderedPrompt) -> OutputParser: ...
+
+    def grammar_closing(self, rules: OutputRules, budget: int, parser: OutputParser) -> GrammarClosing | None:
+        """What closes a custom call's grammar before `budget` output tokens are spent (None: none to close)."""
+        ...
 
     def new_decoder(self) -> IncrementalDecoder | None:
         """The detokenizer the parser reads text from; None: the parser reads token ids only (harmony)."""

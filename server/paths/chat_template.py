@@ -17,6 +17,7 @@ from parsers.registry import (
 )
 from server.config import ServerConfig
 from server.constraints.chat import CALL_SYNTAX, chat_structural_tag, thinking_shares
+from server.constraints.closing import GrammarClosing
 from server.constraints.rules import OutputRules
 from server.errors import RequestError
 from server.paths.base import RenderedPrompt
@@ -54,6 +55,9 @@ class ChatTemplatePath:
         if not self._config.reasoning_parser or not rules.needs_grammar:
             return None
         return thinking_shares(rules.answer_budget)[0]
+
+    def grammar_closing(self, rules: OutputRules, budget: int, parser: OutputParser) -> GrammarClosing | None:
+        return None  # a custom call is JSON here, its grammar not enforced: nothing to close by it
 
     def new_parser(self, rendered: RenderedPrompt) -> OutputParser:
         return make_chat_parser(self._config.reasoning_parser, self._tool_parsers, rendered.text, rendered.tools)

@@ -6,9 +6,11 @@ import datetime
 from functools import lru_cache
 from typing import Any
 
+from parsers.base import OutputParser
 from parsers.harmony import BUILTIN_KINDS, FUNCTIONS_PREFIX, HOSTED_KINDS, HarmonyParser, HarmonyTokens, recipient
 from parsers.tools import ToolTable
 from server.config import ServerConfig
+from server.constraints.closing import GrammarClosing, grammar_closing
 from server.constraints.harmony import harmony_structural_tag
 from server.constraints.rules import OutputRules
 from server.errors import RequestError
@@ -74,6 +76,10 @@ class HarmonyPath:
 
     def new_parser(self, rendered: RenderedPrompt) -> HarmonyParser:
         return HarmonyParser(self._encoding, tools=rendered.tools)
+
+    def grammar_closing(self, rules: OutputRules, budget: int, parser: OutputParser) -> GrammarClosing | None:
+        assert isinstance(parser, HarmonyParser)
+        return grammar_closing(rules.calls.custom, budget, parser) if rules.calls is not None else None
 
     def new_decoder(self) -> None:
         return None  # the harmony parser decodes its own content

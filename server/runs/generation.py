@@ -13,6 +13,7 @@ from openai.types.responses import Response, ResponseOutputItem, ResponseStreamE
 from parsers.base import OutputParser
 from parsers.decoder import IncrementalDecoder
 from parsers.deltas import ItemEnded, OutputText, TokenLogprob, ToolCallStarted
+from server.constraints.closing import GrammarClosing
 from server.engine.interface import Engine, EngineRequest, EngineStep, StepLogprob
 from server.errors import GenerationFailed, RequestError
 from server.runs.admission import Slot
@@ -104,6 +105,7 @@ class ResponseRun:
     # (but the step before it: a compaction asked for is the response's only output)
     before: Callable[[], Awaitable[Continuation]] | None = None  # a step before generation, which it continues from
     hosted: HostedPasses | None = None  # the tools the server runs between passes (MCP servers)
+    closing: GrammarClosing | None = None  # ends a custom call by its grammar before the output budget cuts it
 
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -323,12 +325,13 @@ class ResponseRun:
             self._outcome = self._stopping or Finished("length")  # as a pass cut by it would be
             return
         self.request, self.parser, self.decoder = run.request, run.parser, run.decoder
-        self.token_text, self.max_tool_calls = run.token_text, run.max_tool_calls
+        self.token_text, self.max_tool_calls, self.closing = run.token_text, run.max_tool_calls, run.closing
 
     async def _generation(self) -> AsyncIterator[ResponseStreamEvent]:
         """One engine request, its steps parsed into the builder; `_pass_end` says how it ended."""
         finished: Finished | None = None
         cut_short = False  # stopped by stop() or steer() before the model finished
+        closed = False  # the server ended the open custom call by its grammar (self.closing)
         try:
             async with aclosing(self.engine.generate(self.request)) as steps:
                 while (step := await self._next_step(steps)) is not None:
@@ -345,6 +348,13 @@ class ResponseRun:
                     if self._calls.capped or self._calls.hosted:  # the last call allowed, or a hosted call, ended:
                         finished = Finished("stop")  # the rest is not wanted (aborted)
                         break
+                    if self.closing is not None and self.closing.due(self.output_tokens):
+                        ending = await asyncio.to_thread(self.closing.ending, self.output_tokens)
+                        if ending is not None:  # the call ends by its grammar, within the budget: the rest is
+                            for event in self.builder.feed(self._calls.cap(ending, self.max_tool_calls)):
+                                yield event
+                            finished, closed = Finished("stop"), True  # not wanted (aborted)
+                            break
                     if self._stops_after(step):
                         finished = self._stopping
                         cut_short = True
@@ -356,7 +366,7 @@ class ResponseRun:
             if finished is None and self._stopping is not None:  # stopped while waiting for the engine
                 finished, cut_short = self._stopping, True
             steered = cut_short and self._stopping is not None and self._stopping.reason == "steered"
-            cut = self._calls.capped or self._calls.hosted
+            cut = self._calls.capped or self._calls.hosted or closed
             if self.parser.error is None and self.builder.error is None and not cut and not steered:
                 for event in self.builder.feed(self.parser.finish()):
                     yield event
@@ -383,6 +393,7 @@ class ResponseRun:
         answer = continuation.run
         self.request, self.parser, self.decoder = answer.request, answer.parser, answer.decoder
         self.token_text, self.max_tool_calls, self._spent = answer.token_text, answer.max_tool_calls, continuation.usage
+        self.closing = answer.closing
 
     def _used(self) -> Usage:
         """The tokens of every pass so far (and of the step before generation)."""

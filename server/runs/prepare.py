@@ -244,14 +244,16 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
     seal = reasoning_sealer(context.sealer) if body.wants_encrypted_reasoning() else None
     builder = ResponseBuilder(settings, ids=context.ids, clock=context.clock, seal_reasoning=seal,
                               summarize_reasoning=body.wants_reasoning_summary())
+    parser = path.new_parser(rendered)
     return ResponseRun(
         engine=engine,
         request=EngineRequest(builder.response_id, prompt, sampling, images),
-        parser=path.new_parser(rendered),
+        parser=parser,
         decoder=path.new_decoder(),
         builder=builder,
         token_text=path.token_text if logprobs is not None else None,
         max_tool_calls=rules.max_calls,
+        closing=path.grammar_closing(rules, max_tokens, parser),
     )
 
 

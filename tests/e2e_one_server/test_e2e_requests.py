@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import httpx
@@ -164,29 +165,39 @@ CONSTRAINED = {  # what each kind asks, and the schema its JSON must follow
 }
 BUDGETS = (120, 240)  # City's keys and numbers alone may take 110 bytes: less cannot be promised
 SEEDS = (1, 2)
+SENTENCE = r"[a-z]+( [a-z]+)*\."  # a custom tool's grammar with no bound: only the server's closing ends it in time
+CUSTOM_GRAMMAR = {"tools": [{"type": "custom", "name": "say", "description": "Says one sentence about Paris.",
+                             "format": {"type": "grammar", "syntax": "regex", "definition": SENTENCE}}],
+                  "tool_choice": "required"}
 
 
-def check_constrained_outputs_close(base_url: str, model: str) -> None:
-    """At temperature 1.0, at small budgets, with fixed seeds: every answer and call is JSON that validates, and
-    none ends incomplete with its JSON open. Each kind of CONSTRAINED, at each of BUDGETS and SEEDS."""
-    cases = [(kind, budget, seed) for kind in CONSTRAINED for budget in BUDGETS for seed in SEEDS]
+def check_constrained_outputs_close(base_url: str, model: str, custom_grammar: bool = False) -> None:
+    """At temperature 1.0, at small budgets, with fixed seeds: every answer and call is JSON that validates (or a
+    custom call's input that follows its grammar), and none ends incomplete with its JSON open. Each kind of
+    CONSTRAINED (and a custom tool with a grammar, where the model path enforces it), at each of BUDGETS and SEEDS."""
+    kinds = {**CONSTRAINED, "custom grammar": (CUSTOM_GRAMMAR, None)} if custom_grammar else CONSTRAINED
+    cases = [(kind, budget, seed) for kind in kinds for budget in BUDGETS for seed in SEEDS]
 
     async def run() -> list[Any]:
         client = AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=600)
         return await asyncio.gather(*(client.responses.create(
             model=model, input="Describe Paris as JSON, or call a tool about it.", temperature=1.0,
-            max_output_tokens=budget, extra_body={"seed": seed}, **CONSTRAINED[kind][0]) for kind, budget, seed in cases))
+            max_output_tokens=budget, extra_body={"seed": seed}, **kinds[kind][0]) for kind, budget, seed in cases))
 
     for (kind, budget, seed), response in zip(cases, asyncio.run(run())):
         where = f"{kind} at {budget} tokens, seed {seed}"
         assert response.status == "completed", (where, response.output)
+        if kind == "custom grammar":
+            inputs = [item.input for item in response.output if item.type == "custom_tool_call"]
+            assert len(inputs) == 1 and re.fullmatch(SENTENCE, inputs[0]), (where, response.output)
+            continue
         calls = [item for item in response.output if item.type == "function_call"]
         text = calls[0].arguments if calls else response.output_text
         try:
             parsed = json.loads(text)
         except ValueError as exc:
             raise AssertionError(f"{where}: {text!r} in {response.output}") from exc
-        jsonschema.validate(parsed, CONSTRAINED[kind][1])
+        jsonschema.validate(parsed, kinds[kind][1])
 
 
 def test_every_constrained_output_closes_within_its_budget(server: RunningServer) -> None:

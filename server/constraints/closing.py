@@ -1,0 +1,140 @@
+"""A custom tool's grammar closed at the output budget: its input's shortest completion, written before the budget ends.
+
+No length bound exists for an arbitrary lark or regex grammar, so the grammar alone cannot make a call end within
+`max_output_tokens` (a JSON schema's can: server/constraints/json_budget.py). Instead, once few tokens are left while
+a custom call is open, the run asks for the shortest text that completes its input under the tool's grammar; when
+that text just fits what is left, the run writes it, ends the call, and stops the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Mapping, Protocol
+
+# The characters a completion is made of: printable ASCII, newline and tab (a grammar that needs others to close
+# has no completion here, and its call is cut by the budget as before).
+ALPHABET = tuple(chr(code) for code in range(0x20, 0x7F)) + ("\n", "\t")
+MOST_STATES = 20_000  # grammar states one search visits at most (~0.15 s): its cost is bounded whatever the grammar
+CLOSING_WINDOW = 64  # tokens left when the run starts asking for the completion, step by step
+
+
+def shortest_completion(grammar: str, text: str, most: int) -> str | None:
+    """The shortest text (of at most `most` characters of ALPHABET) after which `text` is a whole sentence of
+    `grammar` (xgrammar EBNF); None when `text` is off the grammar or no such text is found within the bounds.
+
+    A breadth-first search over characters, one length at a time. Matcher states reached by texts of the same length
+    are told apart by the parser's state as xgrammar prints it, so each is expanded once."""
+    import xgrammar
+
+    matcher = xgrammar.GrammarMatcher(_compiled(grammar), terminate_without_stop_token=True)
+    if not matcher.accept_string(text):
+        return None
+    bitmask = xgrammar.allocate_token_bitmask(1, len(ALPHABET))
+    level: list[tuple[Any, str]] = [(matcher, "")]
+    visited = 0
+    for length in range(most + 1):
+        for state, suffix in level:
+            if state.is_completed():
+                return suffix
+        if length == most:
+            return None
+        following: dict[str, tuple[Any, str]] = {}
+        for state, suffix in level:
+            for index in _allowed(state, bitmask):
+                visited += 1
+                if visited > MOST_STATES:
+                    return None
+                state.accept_token(index)
+                key = state._debug_print_internal_state()
+                if key not in following:
+                    following[key] = (state.fork(), suffix + ALPHABET[index])
+                state.rollback(1)
+        if not following:
+            return None
+        level = list(following.values())
+    return None
+
+
+def _allowed(matcher: Any, bitmask: Any) -> list[int]:
+    """The indexes in ALPHABET of the characters the grammar accepts next."""
+    matcher.fill_next_token_bitmask(bitmask)
+    words = bitmask[0].tolist()
+    return [index for index in range(len(ALPHABET)) if (words[index // 32] >> (index % 32)) & 1]
+
+
+@lru_cache(maxsize=64)
+def _compiled(grammar: str) -> Any:
+    import xgrammar
+
+    vocabulary = xgrammar.TokenizerInfo(list(ALPHABET))  # one token per character: the bitmask names characters
+    return xgrammar.GrammarCompiler(vocabulary, cache_enabled=False).compile_grammar(grammar)
+
+
+class CustomCallParser(Protocol):
+    """A parser that holds a custom call's input until the call ends (harmony's), and can end it early."""
+
+    @property
+    def in_custom_call(self) -> bool: ...
+
+    def open_custom_call(self) -> tuple[str, str] | None:
+        """The open custom call's tool name and input so far."""
+        ...
+
+    def end_custom_call(self, rest: str) -> list[Any]:
+        """The deltas of the open call, ended after `rest`."""
+        ...
+
+
+@dataclass
+class GrammarClosing:
+    """One engine pass's custom calls under a grammar: the open call's closing, once the tokens left (of `budget`)
+    come near what its completion needs."""
+
+    grammars: Mapping[str, str]  # custom tools' names -> their input's grammar (xgrammar EBNF)
+    budget: int  # the tokens this pass may generate
+    parser: CustomCallParser
+    _call: tuple[str, int] | None = None  # the call last asked about: its tool and where its input was
+    _needs: int | None = None  # the bytes its completion took when last asked
+    _hopeless: bool = False  # no completion within what was left: the budget cuts the call, as without a grammar
+    _step: int = 1  # the most tokens one engine step gave: the completion is written while it still fits
+    _seen: int | None = None  # the output tokens when last asked
+
+    def due(self, output_tokens: int) -> bool:
+        """Whether to ask for the open call's completion now: on entering the last CLOSING_WINDOW tokens, then when
+        what is left comes within a step of what the completion needed (cheap: the run asks after every step)."""
+        if self._seen is not None:
+            self._step = max(self._step, output_tokens - self._seen)
+        self._seen = output_tokens
+        left = self.budget - output_tokens
+        if left > CLOSING_WINDOW or not self.parser.in_custom_call:
+            return False
+        return not self._hopeless and (self._needs is None or left - self._needs <= self._step)
+
+    def ending(self, output_tokens: int) -> list[Any] | None:
+        """The deltas that end the open call with its shortest completion, when it must be written now (it fits
+        what is left, by at most a step); None: not yet, or never (then the budget cuts the call). CPU work:
+        the run calls it off the event loop."""
+        call = self.parser.open_custom_call()
+        if call is None or call[0] not in self.grammars:
+            return None
+        name, text = call
+        if self._call is None or self._call[0] != name or len(text) < self._call[1]:  # another call than before
+            self._needs, self._hopeless = None, False
+        self._call = (name, len(text))
+        left = self.budget - output_tokens
+        completion = shortest_completion(self.grammars[name], text, most=left)
+        if completion is None:
+            self._hopeless = True
+            return None
+        self._needs = len(completion.encode())
+        if left - self._needs > self._step:
+            return None  # room for the model's own words yet
+        return self.parser.end_custom_call(completion)
+
+
+def grammar_closing(custom: Mapping[str, str | None], budget: int,
+                    parser: CustomCallParser) -> GrammarClosing | None:
+    """The closing of the custom calls that have a grammar (None: no such tool may be called)."""
+    grammars = {name: grammar for name, grammar in custom.items() if grammar is not None}
+    return GrammarClosing(grammars, budget, parser) if grammars else None

@@ -1,0 +1,132 @@
+"""A custom tool's grammar closes within the output budget: the shortest completion, and the run that writes it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator
+
+import pytest
+
+from conformance.contract import validate_events
+from server.config import ServerConfig
+from server.constraints.closing import shortest_completion
+from server.constraints.custom_grammar import custom_tool_grammar
+from server.http.app import create_app
+from server.paths.harmony import harmony_encoding
+from server.serving import ServingContext
+from streaming.ids import counting_ids
+from tests.conftest import serve_in_thread
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+from tests.test_server import MODEL, Harness
+
+ECHO = 'start: "echo " WORD\nWORD: /[a-z]{1,12}/'
+SENTENCE = r"[a-z]+( [a-z]+)*\."  # unbounded: a model that never writes the period never ends it
+# Codex's apply_patch grammar (codex-rs tool_apply_patch.lark), as Codex sends it for a custom tool.
+APPLY_PATCH = r"""
+start: begin_patch hunk+ end_patch
+begin_patch: "*** Begin Patch" LF
+end_patch: "*** End Patch" LF?
+
+hunk: add_hunk | delete_hunk | update_hunk
+add_hunk: "*** Add File: " filename LF add_line+
+delete_hunk: "*** Delete File: " filename LF
+update_hunk: "*** Update File: " filename LF change_move? change?
+
+filename: /(.+)/
+add_line: "+" /(.*)/ LF -> line
+
+change_move: "*** Move to: " filename LF
+change: (change_context | change_line)+ eof_line?
+change_context: ("@@" | "@@ " /(.+)/) LF
+change_line: ("+" | "-" | " ") /(.*)/ LF
+eof_line: "*** End of File" LF
+
+%import common.LF
+"""
+
+
+def grammar(syntax: str, definition: str) -> str:
+    ebnf = custom_tool_grammar({"name": "t", "format": {"type": "grammar", "syntax": syntax,
+                                                         "definition": definition}}, "tools")
+    assert ebnf is not None
+    return ebnf
+
+
+@pytest.mark.parametrize(("text", "shortest"), [("echo hel", 0), ("echo ", 1), ("ech", 3), ("", 6)])
+def test_the_shortest_completion_of_a_lark_grammar(text: str, shortest: int) -> None:
+    completion = shortest_completion(grammar("lark", ECHO), text, most=64)
+    assert completion is not None and len(completion) == shortest
+    assert re.fullmatch(r"echo [a-z]{1,12}", text + completion)
+
+
+def test_a_patch_cut_mid_line_closes_as_a_patch() -> None:
+    text = "*** Begin Patch\n*** Add File: notes.txt\n+first line\n+second li"
+    completion = shortest_completion(grammar("lark", APPLY_PATCH), text, most=64)
+    assert completion == "\n*** End Patch"
+
+
+def test_a_completion_longer_than_allowed_is_none() -> None:
+    assert shortest_completion(grammar("lark", APPLY_PATCH), "*** Begin Patch\n", most=10) is None
+    assert shortest_completion(grammar("regex", SENTENCE), "two words", most=0) is None
+
+
+def test_text_off_the_grammar_has_no_completion() -> None:
+    assert shortest_completion(grammar("regex", SENTENCE), "Capital", most=64) is None
+
+
+SENTENCE_TOOL = {"type": "custom", "name": "say", "description": "Says one sentence.",
+                 "format": {"type": "grammar", "syntax": "regex", "definition": SENTENCE}}
+
+
+@pytest.fixture(scope="module")
+def harmony() -> Iterator[Harness]:
+    engine = ScriptedEngine(tokenizer=None, scripts=[[]], max_model_len=131072)
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL, harmony=True),
+                             engine_factory=lambda: engine, ids=counting_ids())
+    with serve_in_thread(create_app(context)) as base_url:
+        yield Harness(engine, base_url)
+
+
+def endless_call(words: int) -> tuple[list[int], int]:
+    """A custom call whose sentence never ends (as a random model writes one), and where its body starts."""
+    encoding = harmony_encoding()
+    header = encoding.encode("<|channel|>commentary to=functions.say<|message|>", allowed_special="all")
+    return header + encoding.encode(" ".join(["word"] * words)), len(header)
+
+
+@pytest.mark.parametrize("budget", [24, 40, 100])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_a_custom_call_the_budget_would_cut_is_closed_by_its_grammar(harmony: Harness, budget: int,
+                                                                     stream: bool) -> None:
+    tokens, body_start = endless_call(words=400)
+    tokens = tokens[:budget]  # as the engine stops at max_tokens
+    harmony.play(steps_from_tokens(tokens, cuts=list(range(1, len(tokens))), finish="length"))
+    body: dict[str, Any] = {"input": "Say something.", "tools": [SENTENCE_TOOL], "tool_choice": "required",
+                            "max_output_tokens": budget}
+    if stream:
+        response = validate_events(harmony.raw_stream(**body))
+        status, output, used = response.status, [i.model_dump() for i in response.output], response.usage
+        used_tokens = used.output_tokens if used else None
+    else:
+        answer = harmony.post(**body)
+        assert answer.status_code == 200, answer.text
+        data = answer.json()
+        status, output, used_tokens = data["status"], data["output"], data["usage"]["output_tokens"]
+    assert status == "completed", output
+    (call,) = [item for item in output if item["type"] == "custom_tool_call"]
+    assert re.fullmatch(SENTENCE, call["input"]), call["input"]
+    written = harmony_encoding().decode(tokens[body_start:used_tokens])
+    assert call["input"].startswith(written)
+    assert used_tokens + len((call["input"][len(written):]).encode()) <= budget, "the closing fits the budget"
+    assert harmony.engine_aborted_last_request(), "the model's endless sentence is not generated on"
+
+
+def test_a_call_that_ends_by_itself_is_left_alone(harmony: Harness) -> None:
+    encoding = harmony_encoding()
+    tokens = encoding.encode("<|channel|>commentary to=functions.say<|message|>hello there.<|call|>",
+                             allowed_special="all")
+    harmony.play(steps_from_tokens(tokens, cuts=list(range(1, len(tokens)))))
+    data = harmony.post(input="Say something.", tools=[SENTENCE_TOOL], tool_choice="required",
+                        max_output_tokens=len(tokens) + 2).json()
+    assert data["status"] == "completed"
+    assert [item["input"] for item in data["output"] if item["type"] == "custom_tool_call"] == ["hello there."]
