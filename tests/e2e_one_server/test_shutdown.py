@@ -1,5 +1,7 @@
 """End to end: SIGTERM to the real server process while responses run: it stops accepting, lets short
-responses finish, ends long ones with response.failed (never a cut stream), saves them, and exits 0."""
+responses finish, ends long ones with response.failed (never a cut stream), saves them, and exits 0.
+
+It stops the package's server, so it is the package's last module (modules run in the order of their names)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ import json
 import signal
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import asyncio
@@ -17,6 +18,7 @@ import pytest
 
 from server.http.graceful import SHUTDOWN_REASON
 from server.store.sqlite import SqliteStore
+from tests.e2e_one_server.conftest import SHUTDOWN_TIMEOUT
 from tests.servers import MODEL, RunningServer
 from conformance.contract import validate_events
 
@@ -26,7 +28,6 @@ pytestmark = pytest.mark.e2e
 # No frequency penalty (the bundled model's serving default), so the story runs as long as it always did.
 LONG = {"input": "Write a very long story about a dragon.", "temperature": 0, "max_output_tokens": 1900,
         "frequency_penalty": 0}
-SHUTDOWN_TIMEOUT = 4
 
 
 def stream_into(server: RunningServer, body: dict[str, Any], events: list[dict[str, Any]],
@@ -56,9 +57,8 @@ def socket_into(server: RunningServer, body: dict[str, Any], events: list[Any], 
             events.append(closed.rcvd.code if closed.rcvd else None)
 
 
-def test_sigterm_drains_then_fails_what_is_left_and_exits_zero(tmp_path: Path) -> None:
-    server = RunningServer(["--shutdown-timeout", str(SHUTDOWN_TIMEOUT), "--max-model-len", "2048"],
-                           tmp_path / "server.log", data_dir=tmp_path / "data")
+def test_sigterm_drains_then_fails_what_is_left_and_exits_zero(server: RunningServer) -> None:
+    logged_before = len(server.log.read_text())
     long_events: list[dict[str, Any]] = []
     short_events: list[dict[str, Any]] = []
     long_started, short_started = threading.Event(), threading.Event()
@@ -87,7 +87,7 @@ def test_sigterm_drains_then_fails_what_is_left_and_exits_zero(tmp_path: Path) -
     socket_thread.join(60)
     assert server.process.wait(timeout=60) == 0
     took = time.monotonic() - sent
-    log = server.log.read_text()
+    log = server.log.read_text()[logged_before:]  # what the server wrote from this test on
 
     short = validate_events(short_events)
     assert short.status in ("completed", "incomplete")  # it ended on its own (8 tokens) within the timeout
@@ -100,7 +100,7 @@ def test_sigterm_drains_then_fails_what_is_left_and_exits_zero(tmp_path: Path) -
     assert "Traceback" not in log, log[-4000:]
 
     async def stored() -> dict[str, str]:
-        store = SqliteStore(tmp_path / "data" / "responses.db")
+        store = SqliteStore(server.data_dir / "responses.db")
         try:
             records = {key: await store.get(value) for key, value in
                        {"long": failed.id, "background": background["id"], "short": short_events[-1]["response"]["id"]}.items()}
