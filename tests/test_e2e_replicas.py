@@ -1,17 +1,26 @@
 """End to end: two server processes on the real CPU engine share one real PostgreSQL database. A response created
 on A is read, chained, followed live and cancelled on B; A aborts the cancelled engine request. An agent's turns sent
-alternately to A and B find their prefix in the cache of the replica that holds it, and go on when it is killed."""
+alternately to A and B find their prefix in the cache of the replica that holds it, and go on when it is killed.
+
+Chaos, on the same two replicas: background responses and streams run while PostgreSQL stops for longer than the
+lease and comes back; then A is killed (SIGKILL) mid-run. B's clock runs two hours ahead (libfaketime), which
+leases and heartbeats, timed by the database's clock, must not notice. Afterwards the store keeps its invariants,
+and every background response a client saw end is stored with that ending."""
 
 from __future__ import annotations
 
+import json
 import time
 from functools import partial
 from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
+import psycopg
 import pytest
 
+from tests.chaos_clients import LEASE, Clients, running_rows, skewed_clock
+from tests.invariants import violations
 from tests.sse import events_of, parse_frames
 from tests.servers import MODEL, UNPENALIZED, RunningServer, start_together
 from tests.test_metrics import scrape, value
@@ -24,18 +33,30 @@ COUNT = {"input": "Count from 1 to 300, separated by commas.", "temperature": 0}
 
 
 @pytest.fixture(scope="module")
-def replicas(postgres: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, RunningServer]]:
-    store = postgres.new_database()
+def store(postgres: Any) -> str:
+    """The replicas' database."""
+    return str(postgres.new_database())
+
+
+@pytest.fixture(scope="module")
+def replicas(store: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningServer, RunningServer]]:
     logs = tmp_path_factory.mktemp("replicas")
-    servers = start_together(*(partial(RunningServer, ["--store", store, "--replica-id", name, "--max-model-len", "2048"],
-                                       logs / f"{name}.log", data_dir=logs / name, advertise=True) for name in "ab"))
+    servers = start_together(*(partial(  # both or neither: a failed start stops the other
+        RunningServer, ["--store", store, "--replica-id", name, "--max-model-len", "2048", "--lease-seconds", str(LEASE)],
+        logs / f"{name}.log", data_dir=logs / name, advertise=True,
+        env=skewed_clock() if name == "b" else None) for name in "ab"))
+    see_each_other(servers)
+    yield servers[0], servers[1]
+    for server in servers:
+        if server.process.poll() is None:
+            server.stop()
+
+
+def see_each_other(servers: list[RunningServer]) -> None:
     deadline = time.monotonic() + 30  # each sees the other once both have beaten
     while not all(value(scrape(server.base_url), "responses_server_live_replicas") == 2 for server in servers):
         assert time.monotonic() < deadline, "the replicas never saw each other"
         time.sleep(0.5)
-    yield servers[0], servers[1]
-    for server in servers:
-        server.stop()
 
 
 def test_created_on_a_read_and_chained_on_b(replicas: tuple[RunningServer, RunningServer]) -> None:
@@ -155,14 +176,50 @@ def test_a_forwarded_stream_is_the_homes_stream_and_a_leaving_client_aborts_it(
     assert value(forwarded, "responses_server_forwarding_total", key="previous_response", outcome="forwarded") >= 2
 
 
+def test_a_store_outage_longer_than_the_lease_leaves_the_store_consistent(
+        replicas: tuple[RunningServer, RunningServer], store: str, postgres: Any) -> None:
+    """PostgreSQL stops for twice the lease while both replicas generate, then comes back."""
+    a, b = replicas
+    ahead = b.client.responses.create(model=MODEL, input="hi", max_output_tokens=1)
+    assert ahead.created_at > time.time() + 3600  # B's clock is skewed indeed
+    clients = Clients()
+    for server in (a, b):
+        clients.start(clients.background_followed, server, server, 60)
+        clients.start(clients.background_followed, server, server, 30)
+        clients.start(clients.stream, server, 40)
+    time.sleep(1.5)
+    postgres.pause()
+    time.sleep(2 * LEASE)
+    postgres.resume()
+    clients.join(within=300)
+    assert_consistent(store, clients, at_least=4)
+    see_each_other([a, b])  # the next tests forward between them again
+
+
+def assert_consistent(store: str, clients: Clients, at_least: int) -> None:
+    """The store's invariants hold, and every background response a client saw end is stored with that ending."""
+    assert violations(store, clients.seen) == []
+    with psycopg.connect(store) as db:
+        stored = dict(db.execute("SELECT id, status FROM responses").fetchall())
+    seen_background = {i: status for i, status in clients.seen.items() if i in clients.background}
+    assert len(seen_background) >= at_least, f"too few background responses reached their end: {clients.seen}"
+    assert all(stored.get(i) == status for i, status in seen_background.items()), (seen_background, stored)
+    assert json.dumps(sorted(set(stored.values()))) != "[]"
+
+
 def test_the_home_killed_mid_session_the_next_turn_is_served_by_the_other(
-        replicas: tuple[RunningServer, RunningServer]) -> None:
-    """Last in the module: A is gone after it."""
+        replicas: tuple[RunningServer, RunningServer], store: str) -> None:
+    """Last in the module: A is killed (SIGKILL) mid-run; B serves the session's next turns, and fails A's running
+    background responses once their lease lapses, which the clients following them on B see."""
     a, b = replicas
     first = a.client.responses.create(model=MODEL, input=paragraph(30), max_output_tokens=8, temperature=0)
     second = b.client.responses.create(model=MODEL, input=paragraph(31), previous_response_id=first.id,
                                        max_output_tokens=8, temperature=0)
     assert cached(second) > 0  # served by its home, A
+    clients = Clients()
+    for _ in range(2):
+        clients.start(clients.background_followed, a, b, 400)
+    time.sleep(4)
     a.kill()
     third = b.client.responses.create(model=MODEL, input=paragraph(32), previous_response_id=second.id,
                                       max_output_tokens=8, temperature=0)
@@ -172,3 +229,9 @@ def test_the_home_killed_mid_session_the_next_turn_is_served_by_the_other(
     assert cached(fourth) > 0  # B is the chain's home now
     samples = scrape(b.base_url)
     assert value(samples, "responses_server_forwarding_total", key="previous_response", outcome="unreachable") >= 1
+    deadline = time.monotonic() + 120
+    while running_rows(store):
+        assert time.monotonic() < deadline, "responses of the killed replica were never failed"
+        time.sleep(0.5)
+    clients.join(within=120)
+    assert_consistent(store, clients, at_least=2)
