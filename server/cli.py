@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: $RESPONSES_SERVER_API_KEY, or none)")
     server.add_argument("--api-key-file", type=Path, default=None, metavar="FILE",
                         help="more accepted keys, one per line")
+    server.add_argument("--projects-file", type=Path, default=None, metavar="FILE",
+                        help="projects and their keys, by SHA-256 (TOML [[keys]] tables: name, project, sha256, "
+                        "admin); keys made by 'responses-server keys create' are kept in the store")
     server.add_argument("--tool-call-parser", default=None, help="tool-call parser name (vLLM's names)")
     server.add_argument("--keepalive-interval", type=float, default=15.0,
                         help="seconds between SSE keep-alive comments while a stream is idle")
@@ -185,6 +188,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         from conformance.check import main as check
 
         sys.exit(check(argv[1:]))
+    if argv[:1] == ["keys"]:  # `responses-server keys create | list | revoke`: the keys kept in the store
+        from server.launch import data_dir
+        from server.tenancy.commands import main as keys
+
+        sys.exit(keys(argv[1:], data_dir() / "responses.db"))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -24,6 +24,7 @@ from server.runs.background import BackgroundRuns
 from server.runs.pending_saves import PendingSaves
 from server.history.sealing import Sealer
 from server.store.interface import ResponseStore
+from server.tenancy.authenticator import Authenticator, declared_keys
 from server.webhooks.sender import WebhookSender
 from streaming.builder import ResponseBuilder
 from streaming.ids import IdFactory, random_id
@@ -55,12 +56,15 @@ class ServingContext:
     # Prompts rendered and tokenized off the event loop, one at a time: a long history takes a thread, not every
     # stream of the process (the tokenizer releases the GIL), and a tokenizer is not shared between threads at once.
     renderer: ThreadPoolExecutor = field(init=False)
+    authenticator: Authenticator = field(init=False)  # who a request comes from (server/tenancy)
 
     def __post_init__(self) -> None:
         self.admission.limit = self.config.max_concurrent_requests
         self.work_pool = WorkPool(self.config.input_work)
         self.file_texts = FileTexts(self.work_pool)
         self.renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
+        self.authenticator = Authenticator(declared_keys(self.config.api_keys, self.config.project_keys),
+                                           table=self.store, clock=self.clock)
 
     def started(self) -> tuple[Engine, ModelPath]:
         """The engine and the model path, once `start()` has run (the app's lifespan runs it)."""

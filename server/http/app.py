@@ -27,6 +27,7 @@ def create_app(context: ServingContext) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         context.start()
+        await context.authenticator.start()
         if context.store is not None:
             await context.background.recover(context.store)
         lag = asyncio.create_task(watch_event_loop_lag())
@@ -58,7 +59,7 @@ def create_app(context: ServingContext) -> FastAPI:
     app.state.forwarder = forwarder(context)
     app.add_middleware(BodySizeLimit, max_bytes=context.config.max_body_bytes)
     open_paths = OPEN_PATHS - {"/metrics"} if context.config.metrics_need_key else OPEN_PATHS
-    app.add_middleware(APIKeyMiddleware, keys=context.config.api_keys, open_paths=open_paths)
+    app.add_middleware(APIKeyMiddleware, authenticator=context.authenticator, open_paths=open_paths)
     instrumentation.install(app, context.config.api_process)  # added last, runs first: it sees every answer
     errors.install(app)
     openapi.install(app)

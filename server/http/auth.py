@@ -1,41 +1,49 @@
-"""API keys: every route but `/health` and `/metrics` (unless asked) needs `Authorization: Bearer KEY` when keys are set, checked in constant time."""
+"""API keys: every route but `/health` and `/metrics` (unless asked) needs `Authorization: Bearer KEY` when keys are set, found by hash."""
 
 from __future__ import annotations
 
-import hmac
 import re
 from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from server.http.errors import APIError
+from server.store.interface import StoreUnavailable
+from server.tenancy.authenticator import Authenticator
 
 _COMMENT = re.compile(r"\s#")  # `KEY  # comment`: what follows is not part of the key
 OPEN_PATHS = frozenset({"/health", "/metrics"})  # load balancers and scrapers come without a key
+INFERENCE_PATHS = ("/v1/responses", "/v1/conversations", "/v1/models")  # what admin keys may not call
 
 
 class APIKeyMiddleware:
-    """An ASGI middleware in front of the whole app, so routes added later are covered too."""
+    """An ASGI middleware in front of the whole app, so routes added later are covered too: it finds the caller
+    (server/tenancy) and puts it in the request's state (`caller`), or answers 401."""
 
-    def __init__(self, app: ASGIApp, keys: tuple[str, ...], open_paths: frozenset[str] = OPEN_PATHS) -> None:
+    def __init__(self, app: ASGIApp, authenticator: Authenticator, open_paths: frozenset[str] = OPEN_PATHS) -> None:
         self.app = app
-        self._keys = tuple(key.encode() for key in keys)
+        self._authenticator = authenticator
         self._open_paths = open_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket") and self._keys and scope["path"] not in self._open_paths:
-            if not self._accepts(_authorization(scope)):  # a WebSocket is refused before its upgrade, as HTTP
+        if scope["type"] in ("http", "websocket") and scope["path"] not in self._open_paths:
+            try:
+                caller = await self._authenticator.caller(_authorization(scope))
+            except StoreUnavailable:
+                await APIError("The key store is unavailable; try again.", status=503,
+                               code="store_unavailable").response()(scope, receive, send)
+                return
+            if caller is None:  # a WebSocket is refused before its upgrade, as HTTP
                 error = APIError("Incorrect API key provided.", status=401, code="invalid_api_key")
                 await error.response({"WWW-Authenticate": "Bearer"})(scope, receive, send)
                 return
+            if caller.admin and scope["path"].startswith(INFERENCE_PATHS):
+                error = APIError("Admin keys manage keys and read usage; they cannot call inference.", status=403,
+                                 code="admin_key_not_allowed")
+                await error.response()(scope, receive, send)
+                return
+            scope.setdefault("state", {})["caller"] = caller
         await self.app(scope, receive, send)
-
-    def _accepts(self, authorization: bytes) -> bool:
-        scheme, _, given = authorization.partition(b" ")
-        matched = False
-        for key in self._keys:  # every key is compared, so the time does not tell which one came close
-            matched |= hmac.compare_digest(given.strip(), key)
-        return matched and scheme.lower() == b"bearer"
 
 
 def _authorization(scope: Scope) -> bytes:

@@ -6,8 +6,15 @@ import json
 from typing import Any
 
 from server.store.interface import RUNNING, Order, RetentionPolicy
+from server.tenancy.keys import ApiKey
 
 _NO_LIMIT = 1 << 62
+
+
+def api_key(row: Any) -> ApiKey:
+    """An `api_keys` row (id, name, project, hash, admin, created_at, last_used_at, revoked_at) as an ApiKey."""
+    key_id, name, project, digest, admin, created_at, last_used_at, revoked_at = row
+    return ApiKey(key_id, name, project, digest, bool(admin), created_at, last_used_at, revoked_at)
 
 
 def page_query(table: str, owner_column: str, owner: str, after: str | None, limit: int | None, order: Order,

@@ -14,8 +14,10 @@ from typing import Any, Callable, TypeVar
 from server.store.interface import (RUNNING, Interrupt, Order, Replica, RetentionPolicy, StoreUnavailable,
                                     StoredConversation, StoredResponse, WebhookDelivery, webhook_event_id)
 from server.store.migrations import migrations
+from server.store.rows import api_key as _api_key
 from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,
                                page_query, retention_query)
+from server.tenancy.keys import ApiKey
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -240,6 +242,33 @@ class SqliteStore:
         return await self._run(lambda db: [Replica(*row) for row in db.execute(
             f"SELECT id, url FROM replicas WHERE NOT draining AND heartbeat_at >= {_NOW} - ? ORDER BY id",
             (within_seconds,))])
+
+    # -- API keys (server/tenancy): hashes only --------------------------------------------------------------
+
+    async def add_key(self, key: ApiKey) -> None:
+        await self._run(lambda db: db.execute(
+            "INSERT INTO api_keys (id, name, project, hash, admin, created_at, last_used_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (key.id, key.name, key.project, key.hash, int(key.admin), key.created_at, key.last_used_at,
+             key.revoked_at)))
+
+    async def find_key(self, digest: str) -> ApiKey | None:
+        rows = await self._run(lambda db: db.execute(
+            "SELECT id, name, project, hash, admin, created_at, last_used_at, revoked_at FROM api_keys WHERE hash = ? AND revoked_at IS NULL", (digest,)).fetchall())
+        return _api_key(rows[0]) if rows else None
+
+    async def list_keys(self) -> list[ApiKey]:
+        return [_api_key(row) for row in await self._run(lambda db: db.execute(
+            "SELECT id, name, project, hash, admin, created_at, last_used_at, revoked_at FROM api_keys ORDER BY created_at, id").fetchall())]
+
+    async def revoke_key(self, key_id: str, at: float) -> bool:
+        return await self._run(lambda db: db.execute(
+            "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (at, key_id)).rowcount) > 0
+
+    async def touch_key(self, key_id: str, at: float) -> None:
+        await self._run(lambda db: db.execute("UPDATE api_keys SET last_used_at = ? WHERE id = ?", (at, key_id)))
+
+    async def has_keys(self) -> bool:
+        return bool(await self._run(lambda db: db.execute("SELECT 1 FROM api_keys LIMIT 1").fetchall()))
 
     async def leave(self, replica_id: str) -> None:
         await self._run(lambda db: db.execute("DELETE FROM replicas WHERE id = ?", (replica_id,)))

@@ -1,0 +1,11 @@
+-- API keys made by `responses-server keys create`: the key's SHA-256 only, never the key; the project it acts for.
+CREATE TABLE api_keys (
+    id TEXT PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL,
+    project TEXT NOT NULL,
+    admin BOOLEAN NOT NULL DEFAULT FALSE,
+    created_at DOUBLE PRECISION NOT NULL,
+    last_used_at DOUBLE PRECISION,
+    revoked_at DOUBLE PRECISION
+);

@@ -1,0 +1,87 @@
+"""Who a request comes from: its bearer key, looked up by hash among the keys declared at start and the store's."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from server.tenancy.keys import DEFAULT_PROJECT, ApiKey, Caller, key_hash
+
+logger = logging.getLogger(__name__)
+TOUCH_SECONDS = 60.0  # a key's `last_used_at` is written at most this often per process
+RECHECK_SECONDS = 1.0  # a server that needs no key yet asks the store this often whether a key was made
+
+
+class KeyTable(Protocol):
+    """The keys `responses-server keys create` made, kept in the shared store (so a revocation holds at once on
+    every replica)."""
+
+    async def find_key(self, digest: str) -> ApiKey | None:
+        """The key with this hash, unless it is revoked or unknown."""
+        ...
+
+    async def touch_key(self, key_id: str, at: float) -> None: ...
+
+    async def has_keys(self) -> bool:
+        """Whether any key (revoked or not) was ever made: then every request needs one."""
+        ...
+
+
+def declared_keys(api_keys: tuple[str, ...], projects: tuple[ApiKey, ...]) -> dict[str, ApiKey]:
+    """The keys known at start, by hash: `--api-key`'s (the default project), then the projects file's."""
+    keys = {key_hash(key): ApiKey(id=f"env_{key_hash(key)[:12]}", name="api-key", project=DEFAULT_PROJECT,
+                                  hash=key_hash(key)) for key in api_keys}
+    return {**keys, **{key.hash: key for key in projects}}
+
+
+@dataclass
+class Authenticator:
+    """Finds a request's caller. With no key declared and none in the store, every request is the default
+    project's; else a request needs a known key, not revoked."""
+
+    declared: dict[str, ApiKey]
+    table: KeyTable | None = None
+    clock: Callable[[], float] = time.time
+    required: bool = False  # keys are declared, or the store has some: from then on, every request needs one
+    _touched: dict[str, float] = field(default_factory=dict)
+    _checked_at: float = float("-inf")  # when the store was last asked whether it has keys
+
+    async def start(self) -> None:
+        self.required = bool(self.declared)
+        await self._recheck()
+
+    async def _recheck(self) -> None:
+        """Whether the store has keys now (the first `keys create` closes an open server within a second)."""
+        now = self.clock()
+        if not self.required and self.table is not None and now - self._checked_at >= RECHECK_SECONDS:
+            self._checked_at = now
+            self.required = await self.table.has_keys()
+
+    async def caller(self, authorization: bytes) -> Caller | None:
+        """The caller a request's `Authorization` header names; None: a key is needed and this is not one.
+        StoreUnavailable when the key table cannot be read."""
+        await self._recheck()
+        if not self.required:
+            return Caller()
+        scheme, _, given = authorization.partition(b" ")
+        token = given.strip()
+        if scheme.lower() != b"bearer" or not token:
+            return None
+        digest = key_hash(token.decode(errors="replace"))
+        key = self.declared.get(digest)
+        if key is None and self.table is not None:
+            key = await self.table.find_key(digest)
+            if key is not None:
+                await self._touch(key)
+        if key is None or not hmac.compare_digest(key.hash, digest):
+            return None
+        return Caller(key.project, key.id, key.admin)
+
+    async def _touch(self, key: ApiKey) -> None:
+        now = self.clock()
+        if now - self._touched.get(key.id, float("-inf")) >= TOUCH_SECONDS:
+            self._touched[key.id] = now
+            await self.table.touch_key(key.id, now)  # type: ignore[union-attr]
