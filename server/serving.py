@@ -25,6 +25,7 @@ from server.runs.pending_saves import PendingSaves
 from server.history.sealing import Sealer
 from server.store.interface import ResponseStore
 from server.tenancy.authenticator import Authenticator, declared_keys
+from server.tenancy.project_store import ProjectStore
 from server.webhooks.sender import WebhookSender
 from streaming.builder import ResponseBuilder
 from streaming.ids import IdFactory, random_id
@@ -65,6 +66,10 @@ class ServingContext:
         self.renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
         self.authenticator = Authenticator(declared_keys(self.config.api_keys, self.config.project_keys),
                                            table=self.store, clock=self.clock)
+
+    def project_store(self, project: str) -> ProjectStore | None:
+        """The store as `project` sees it: its own responses and conversations only (None: no store)."""
+        return ProjectStore(self.store, project) if self.store is not None else None
 
     def started(self) -> tuple[Engine, ModelPath]:
         """The engine and the model path, once `start()` has run (the app's lifespan runs it)."""

@@ -36,7 +36,7 @@ def test_store_keeps_conversation_items_in_order_and_pages_them(store_url: str) 
         await store.close()
         reopened = open_url(store_url)
         assert (await reopened.get_conversation("conv_1")).created_at == 7  # type: ignore[union-attr]
-        assert await reopened.delete_conversation("conv_1")
+        assert await reopened.delete_conversation("conv_1", "default")
         assert await reopened.conversation_items("conv_1", None, None, "asc") == ([], False)
         await reopened.close()
 

@@ -56,8 +56,8 @@ def test_store_round_trip_pagination_and_delete(store_url: str) -> None:
         assert [i["id"] for i in page] == ["msg_1_2", "msg_1_3", "msg_1_4"] and not more
         page, more = await store.input_items("resp_1", "msg_1_3", 2, "desc")
         assert [i["id"] for i in page] == ["msg_1_2", "msg_1_1"] and more
-        assert await store.delete("resp_1") and await store.get("resp_1") is None
-        assert not await store.delete("resp_1")
+        assert await store.delete("resp_1", "default") and await store.get("resp_1") is None
+        assert not await store.delete("resp_1", "default")
         assert await store.events_after("resp_1", -1) == []
         await store.close()
 
@@ -341,7 +341,7 @@ def test_writes_of_an_owner_land_only_while_the_response_is_still_theirs(store_u
         assert [json.loads(e)["type"] for e in await store.events_after("resp_1", -1)] == [
             "response.created", "response.failed"]
         await store.start_owned(running(2, "replica-a"), lease_seconds=60)
-        assert await store.delete("resp_2")  # deleted while running: the owner's end does not bring it back
+        assert await store.delete("resp_2", "default")  # deleted while running: the owner's end does not bring it back
         assert not await store.finish_owned(replace(running(2, "replica-a"), status="completed"), [event(0)])
         assert not await store.append_events("resp_2", [event(0)], "replica-a")
         assert await store.get("resp_2") is None

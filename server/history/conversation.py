@@ -9,7 +9,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from server.errors import NotFound, RequestError, invalid_value
 from server.requests import CompactionItem, InputItem, MessageItem, ResponsesRequest, ToolOutput
-from server.store.interface import ResponseStore, StoredResponse
+from server.store.interface import StoredResponse
+from server.tenancy.project_store import ProjectStore
 from streaming.ids import ITEM_PREFIXES, IdFactory
 
 _ITEMS = TypeAdapter(list[InputItem])
@@ -53,7 +54,7 @@ def _stored_item(item: Any, ids: IdFactory) -> dict[str, Any]:
     return data
 
 
-async def with_history(request: ResponsesRequest, store: ResponseStore | None,
+async def with_history(request: ResponsesRequest, store: ProjectStore | None,
                        earlier: Mapping[str, StoredResponse] | None = None) -> ResponsesRequest:
     """The request with the stored conversation before it: every earlier input and output, oldest first.
 
@@ -89,7 +90,7 @@ def since_last_compaction(request: ResponsesRequest) -> ResponsesRequest:
     return request.model_copy(update={"input": items[last:]}) if last else request
 
 
-async def _with_conversation(request: ResponsesRequest, store: ResponseStore | None) -> ResponsesRequest:
+async def _with_conversation(request: ResponsesRequest, store: ProjectStore | None) -> ResponsesRequest:
     """The conversation's items, oldest first, before this request's input."""
     if request.previous_response_id is not None:
         raise RequestError("conversation and previous_response_id cannot be used together.", param="conversation")

@@ -1,22 +1,30 @@
-"""The FastAPI accessors of the serving context: the app's own, and its store for routes over stored state."""
+"""The FastAPI accessors of the serving context: the app's own, who a request comes from, and the store as the
+request's project sees it (the only store routes over stored state get)."""
 
 from __future__ import annotations
 
-from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from server.http.errors import APIError
 from server.serving import ServingContext
-from server.store.interface import ResponseStore
+from server.tenancy.keys import Caller
+from server.tenancy.project_store import ProjectStore
 
 
-def serving_context(request: Request) -> ServingContext:
+def serving_context(request: HTTPConnection) -> ServingContext:
     """The context of the app serving `request`."""
     return request.app.state.context
 
 
-def required_store(request: Request) -> ResponseStore:
-    """The store, for routes over stored state; a server without a store answers them 404."""
-    context = serving_context(request)
-    if context.store is None:
+def caller(request: HTTPConnection) -> Caller:
+    """Who the request (or WebSocket) comes from, as the key middleware found it (server/http/auth.py)."""
+    return request.scope.get("state", {}).get("caller") or Caller()
+
+
+def required_store(request: HTTPConnection) -> ProjectStore:
+    """The store as the request's project sees it, for routes over stored state; a server without a store answers
+    them 404."""
+    store = serving_context(request).project_store(caller(request).project)
+    if store is None:
         raise APIError("This server stores nothing (started with --store none).", status=404)
-    return context.store
+    return store

@@ -11,7 +11,8 @@ from server.http.bodies import json_object
 from server.http.context import required_store, serving_context
 from server.http.errors import APIError
 from server.http.stored_routes import PageQuery, list_page
-from server.store.interface import ResponseStore, StoredConversation
+from server.store.interface import StoredConversation
+from server.tenancy.project_store import ProjectStore
 from streaming.ids import CONVERSATION
 
 router = APIRouter()
@@ -101,7 +102,7 @@ def _metadata(value: Any) -> dict[str, str]:
     return value
 
 
-async def _existing(store: ResponseStore, conversation_id: str) -> StoredConversation:
+async def _existing(store: ProjectStore, conversation_id: str) -> StoredConversation:
     conversation = await store.get_conversation(conversation_id)
     if conversation is None:
         raise _not_found(conversation_id)

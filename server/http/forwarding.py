@@ -14,12 +14,14 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from server.http.context import caller
 from server.http.disconnect import client_gone, while_connected
 from server.metrics import FORWARDING
 from server.replicas.homes import Home, find_home
 from server.replicas.registry import ReplicaRegistry
 from server.requests import ResponsesRequest
 from server.store.interface import ResponseStore, StoreUnavailable
+from server.tenancy.project_store import ProjectStore
 from streaming.sse import error_event_json
 
 logger = logging.getLogger(__name__)
@@ -51,7 +53,7 @@ class Forwarder:
         if HOP_HEADER in request.headers:
             return None  # counted by the replica that forwarded it
         try:
-            home = await find_home(body, self.store, self.registry)
+            home = await find_home(body, ProjectStore(self.store, caller(request).project), self.registry)
         except StoreUnavailable:
             home = None
         if home is None:

@@ -13,7 +13,7 @@ from starlette.types import Receive
 
 from server.codex_catalog import catalog as codex_catalog
 from server.http.bodies import json_object
-from server.http.context import serving_context
+from server.http.context import caller, serving_context
 from server.http.disconnect import client_gone, while_connected
 from server.http.errors import from_validation_error
 from server.http.event_stream import event_stream
@@ -47,7 +47,7 @@ async def create_response(request: Request) -> Response:
     forwarded = await request.app.state.forwarder.forwarded(request, body)
     if forwarded is not None:
         return forwarded
-    stored = await prepare_stored_run(context, body)
+    stored = await prepare_stored_run(context, body, caller(request).project)
     if body.background:  # saved at once as in progress, then generated detached from this request
         live = await context.background.start(stored)
         if body.stream:  # the stream only follows it
@@ -63,7 +63,7 @@ async def create_response(request: Request) -> Response:
 @router.post("/v1/responses/input_tokens")
 async def count_input_tokens(request: Request) -> dict[str, Any]:
     """The `usage.input_tokens` a response to the same body would report."""
-    tokens = await input_token_count(serving_context(request), await _read_body(request))
+    tokens = await input_token_count(serving_context(request), await _read_body(request), caller(request).project)
     return {"object": "response.input_tokens", "input_tokens": tokens}
 
 
@@ -74,7 +74,7 @@ async def compact(request: Request) -> Any:
     forwarded = await request.app.state.forwarder.forwarded(request, body)
     if forwarded is not None:
         return forwarded
-    compaction = await prepare_compaction(serving_context(request), body)
+    compaction = await prepare_compaction(serving_context(request), body, caller(request).project)
     if not await _run_while_connected(compaction.stored, request.receive):
         return client_gone()
     return compaction.result()

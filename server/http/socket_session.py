@@ -72,6 +72,7 @@ class SocketSession:
 
     context: ServingContext
     send: Send
+    project: str  # whose key opened the connection: its responses and their history are that project's
     responses: ConnectionResponses = field(default_factory=ConnectionResponses)  # made on it, by id (some kept)
     lanes: dict[str | None, Lane] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -158,7 +159,7 @@ class SocketSession:
         lane.continues = previous if isinstance(previous, str) else None  # kept while it is read and run
         try:
             body, generate = create_request(event)
-            stored = await prepare_stored_run(self.context, body, self.responses, generate)
+            stored = await prepare_stored_run(self.context, body, self.project, self.responses, generate)
         except Exception as exc:  # answered as HTTP would (a 4xx names the field); the socket stays open
             lane.continues = None
             if steers:

@@ -12,7 +12,8 @@ from server.http.context import required_store, serving_context
 from server.http.errors import APIError
 from server.http.event_stream import event_stream
 from server.runs.other_replicas import cancel_stored, follow_stored
-from server.store.interface import RUNNING, ResponseStore, StoredResponse
+from server.store.interface import RUNNING, StoredResponse
+from server.tenancy.project_store import ProjectStore
 from streaming.sse import stored_frames
 
 router = APIRouter()
@@ -20,7 +21,7 @@ router = APIRouter()
 MAX_SEQUENCE_NUMBER = 2**63 - 1
 
 
-async def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
+async def _stored(store: ProjectStore, response_id: str) -> StoredResponse:
     record = await store.get(response_id)
     if record is None:
         raise APIError(f"Response with id '{response_id}' not found.", status=404, type="invalid_request_error",
@@ -32,7 +33,7 @@ async def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
 async def retrieve_response(request: Request, response_id: str, stream: bool = False,
                             starting_after: int = Query(default=-1, ge=-1, le=MAX_SEQUENCE_NUMBER)) -> Any:
     store, context = required_store(request), serving_context(request)
-    live = context.background.get(response_id)
+    live = context.background.get(response_id, store.project)
     if live is not None:  # still generating in the background: its live state
         if stream:
             return event_stream(stored_frames(live.follow(starting_after)), context.config)
@@ -57,7 +58,7 @@ async def _each(events: list[str]) -> AsyncIterator[str]:
 @router.post("/v1/responses/{response_id}/cancel")
 async def cancel_response(request: Request, response_id: str) -> Any:
     store = required_store(request)
-    live = await serving_context(request).background.cancel(response_id)
+    live = await serving_context(request).background.cancel(response_id, store.project)
     if live is not None:
         return _json(live.response())
     record = await _stored(store, response_id)
@@ -75,7 +76,7 @@ async def delete_response(request: Request, response_id: str) -> dict[str, Any]:
     """A response still generating in the background is cancelled first (here or on the replica running it), so
     its run does not write to a response that is gone."""
     store = required_store(request)
-    if await serving_context(request).background.cancel(response_id) is None:
+    if await serving_context(request).background.cancel(response_id, store.project) is None:
         record = await store.get(response_id)
         if record is not None and record.background and record.status in RUNNING:
             await cancel_stored(store, record)

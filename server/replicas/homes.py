@@ -14,7 +14,7 @@ from typing import Iterable, Literal
 
 from server.replicas.registry import ReplicaRegistry
 from server.requests import ResponsesRequest
-from server.store.interface import ResponseStore
+from server.tenancy.project_store import ProjectStore
 
 HomeKey = Literal["previous_response", "conversation", "prompt_cache_key"]
 
@@ -28,8 +28,9 @@ class Home:
     url: str | None
 
 
-async def find_home(body: ResponsesRequest, store: ResponseStore, registry: ReplicaRegistry) -> Home | None:
-    """The request's home; None when nothing in it names one (it is served where it landed)."""
+async def find_home(body: ResponsesRequest, store: ProjectStore, registry: ReplicaRegistry) -> Home | None:
+    """The request's home (found in the store as the request's project sees it); None when nothing in it names one
+    (it is served where it landed)."""
     if body.previous_response_id is not None:
         replica = await store.response_home(body.previous_response_id)
         if replica is not None:

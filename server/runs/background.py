@@ -97,13 +97,15 @@ class BackgroundRuns:
             live.writer = loop.create_task(self._write(live))
         return live
 
-    def get(self, response_id: str) -> LiveResponse | None:
-        return self.live.get(response_id)
-
-    async def cancel(self, response_id: str) -> LiveResponse | None:
-        """Cancel a background response running here; one whose terminal event is made has ended as it was told
-        (its save may still be under way) and is left to finish."""
+    def get(self, response_id: str, project: str) -> LiveResponse | None:
+        """The background response running here, if it is `project`'s (another project's is exactly a missing one)."""
         live = self.live.get(response_id)
+        return live if live is not None and live.stored.project == project else None
+
+    async def cancel(self, response_id: str, project: str) -> LiveResponse | None:
+        """Cancel `project`'s background response running here; one whose terminal event is made has ended as it
+        was told (its save may still be under way) and is left to finish."""
+        live = self.get(response_id, project)
         if live is None or live.done or live.task is None or live.stored.ended:
             return live
         live.task.cancel()

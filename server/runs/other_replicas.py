@@ -8,7 +8,8 @@ import json
 import time
 from typing import AsyncIterator
 
-from server.store.interface import RUNNING, ResponseStore, StoreUnavailable, StoredResponse
+from server.store.interface import RUNNING, StoreUnavailable, StoredResponse
+from server.tenancy.project_store import ProjectStore
 from streaming.event_types import TERMINAL_EVENTS
 from streaming.sse import error_event_json
 
@@ -16,7 +17,7 @@ STORE_GONE = ("The response store has been unavailable for too long to follow th
               "running; retrieve it again later.")
 
 
-async def follow_stored(store: ResponseStore, response_id: str, after: int, poll_seconds: float = 0.1,
+async def follow_stored(store: ProjectStore, response_id: str, after: int, poll_seconds: float = 0.1,
                         status_every: float = 2.0, outage_seconds: float = 30.0) -> AsyncIterator[str]:
     """The logged events after sequence number `after`, then new ones as the running replica writes them, until the
     terminal event (or the response is gone, or ended without one: its log is then all there is).
@@ -54,7 +55,7 @@ async def follow_stored(store: ResponseStore, response_id: str, after: int, poll
             await asyncio.sleep(poll_seconds)
 
 
-async def cancel_stored(store: ResponseStore, record: StoredResponse, within: float = 10.0,
+async def cancel_stored(store: ProjectStore, record: StoredResponse, within: float = 10.0,
                         poll_seconds: float = 0.1) -> StoredResponse:
     """Ask the replica running `record` to cancel it and wait (up to `within`) until it has; the latest record."""
     if record.status not in RUNNING or not await store.request_cancel(record.id):

@@ -36,19 +36,20 @@ from streaming.items import ListedTools, ToolResult
 from streaming.outcome import Usage
 
 
-async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
+async def prepare_stored_run(context: ServingContext, body: ResponsesRequest, project: str,
                              earlier: MutableMapping[str, StoredResponse] | None = None,
                              generate: bool = True) -> StoredRun:
-    """The run for `POST /v1/responses`, with the conversation behind it and where it will be stored; it holds
-    its place under the concurrency limit.
+    """The run for `POST /v1/responses` by `project`, with the conversation behind it (the project's) and where it
+    will be stored; it holds its place under the concurrency limit.
 
     `earlier`: the responses of a WebSocket connection, where `previous_response_id` is looked up first and this
     one is kept when it ends. `generate` False: it completes with no output, as a warm-up."""
-    store = context.store if body.store else None
+    project_store = context.project_store(project)
+    store = project_store if body.store else None
     if body.background and store is None:
         raise RequestError("Background responses must be stored (store: true, and a server with a store).",
                            param="background")
-    conversation = await conversation_of(context, body, earlier)
+    conversation = await conversation_of(context, body, project, earlier)
     hosted = await hosted_tools(conversation, body, context.config.mcp)
     unavailable = hosted.unavailable
     if unavailable is not None and not (body.stream or body.background or earlier is not None):
@@ -65,7 +66,7 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest,
     threshold = body.compact_threshold(engine.max_model_len)
     if compacting or overflowed or (threshold is not None and len(run.request.prompt_token_ids) > threshold):
         run.before = _compacting(context, conversation, body, fetched, hosted, loop)
-    link = ConversationLink(context.store, body.conversation) if body.conversation and context.store else None
+    link = ConversationLink(project_store, body.conversation) if body.conversation and project_store else None
     keep_items = store is not None or link is not None or earlier is not None
     input_items = stored_input_items(body, context.ids) if keep_items else []
     # last: a request refused for any other reason takes no place (nor waits for one)
@@ -99,9 +100,9 @@ async def _first_run(context: ServingContext, conversation: ResponsesRequest, bo
         raise overflow from None  # not even the newest items fit: the summary would not either
 
 
-async def input_token_count(context: ServingContext, body: ResponsesRequest) -> int:
-    """The `usage.input_tokens` a response to `body` would report: its run is prepared, not started."""
-    conversation = await conversation_of(context, body)
+async def input_token_count(context: ServingContext, body: ResponsesRequest, project: str) -> int:
+    """The `usage.input_tokens` a response to `body` by `project` would report: its run is prepared, not started."""
+    conversation = await conversation_of(context, body, project)
     hosted = await hosted_tools(conversation, body, context.config.mcp)
     if hosted.unavailable is not None:
         raise DependencyFailed(hosted.unavailable.error or "", param="tools")
@@ -132,11 +133,12 @@ class CompactionRun:
         return compacted_response(summary, conversation, context.sealer, context.ids, engine.max_model_len)
 
 
-async def prepare_compaction(context: ServingContext, body: ResponsesRequest) -> CompactionRun:
-    """The summarizing run for `POST /v1/responses/compact`, holding its place under the concurrency limit."""
+async def prepare_compaction(context: ServingContext, body: ResponsesRequest, project: str) -> CompactionRun:
+    """The summarizing run for `POST /v1/responses/compact` by `project`, holding its place under the concurrency
+    limit."""
     if body.model is None:
         raise RequestError("model is required.", param="model")
-    conversation = await conversation_of(context, body)
+    conversation = await conversation_of(context, body, project)
     if not conversation.input_items():
         raise RequestError("There is nothing to compact: give input or previous_response_id.", param="input")
     summarizing = summary_request(conversation)
@@ -146,11 +148,12 @@ async def prepare_compaction(context: ServingContext, body: ResponsesRequest) ->
     return CompactionRun(StoredRun(run, None, keep_event_log=False), conversation, context)
 
 
-async def conversation_of(context: ServingContext, body: ResponsesRequest,
+async def conversation_of(context: ServingContext, body: ResponsesRequest, project: str,
                           earlier: Mapping[str, StoredResponse] | None = None) -> ResponsesRequest:
-    """The request with its stored history before it (from its last compaction on) and sealed items opened: what
-    the model sees."""
-    history = since_last_compaction(rendered_codex_items(await with_history(body, context.store, earlier)))
+    """The request with its stored history before it (from its last compaction on; `project`'s only) and sealed
+    items opened: what the model sees."""
+    store = context.project_store(project)
+    history = since_last_compaction(rendered_codex_items(await with_history(body, store, earlier)))
     conversation = open_sealed_items(history, context.sealer)
     await read_files(conversation, body, context.file_texts)
     return conversation

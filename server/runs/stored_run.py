@@ -13,7 +13,8 @@ from openai.types.responses import Response, ResponseFailedEvent, ResponseStream
 from server.metrics import RESPONSES
 from server.runs.generation import ResponseRun
 from server.runs.timing import RunTiming
-from server.store.interface import ResponseStore, StoreRejected, StoreUnavailable, StoredResponse
+from server.store.interface import StoreRejected, StoreUnavailable, StoredResponse
+from server.tenancy.project_store import ProjectStore
 from streaming.event_types import TERMINAL_EVENTS
 from streaming.response import WireResponse
 from streaming.sse import event_json
@@ -35,7 +36,7 @@ class TakenOver(Exception):
 class ConversationLink:
     """The conversation a response adds its input and output items to when it ends."""
 
-    store: ResponseStore
+    store: ProjectStore
     conversation_id: str
 
     async def add(self, items: list[dict[str, Any]], replica: str | None) -> None:
@@ -48,7 +49,7 @@ class StoredRun:
     """A run whose events pass through here; with a store, the response is saved before its terminal event."""
 
     run: ResponseRun
-    store: ResponseStore | None
+    store: ProjectStore | None
     input_items: list[dict[str, Any]] = field(default_factory=list)
     previous_response_id: str | None = None
     keep_event_log: bool = True
@@ -64,6 +65,11 @@ class StoredRun:
     _end_saved: bool = False
     _conversation_added: bool = False
     _taken_over: Response | None = None  # the stored ending, when another replica failed this response
+
+    @property
+    def project(self) -> str | None:
+        """Whose response this is (None: it is not stored)."""
+        return self.store.project if self.store is not None else None
 
     @property
     def response_id(self) -> str:

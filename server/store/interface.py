@@ -9,6 +9,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Protocol
 
+from server.tenancy.keys import DEFAULT_PROJECT
+
 Order = Literal["asc", "desc"]
 RUNNING = ("queued", "in_progress")  # the statuses of a response some replica is still generating
 
@@ -39,6 +41,7 @@ class StoredResponse:
     owner: str | None = None  # the replica generating a background response, while it runs
     lease_expires_at: float | None = None  # when its owner's claim lapses unless renewed
     replica: str | None = None  # the replica that generated it: where its prefix is cached
+    project: str = DEFAULT_PROJECT  # whose it is (server/tenancy): read only through that project's ProjectStore
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class StoredConversation:
     id: str
     created_at: int
     metadata: dict[str, str]
+    project: str = DEFAULT_PROJECT  # whose it is (server/tenancy)
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,13 @@ class ResponseStore(Protocol):
 
     async def events_after(self, response_id: str, after: int) -> list[str]: ...
 
-    async def delete(self, response_id: str) -> bool: ...
+    async def delete(self, response_id: str, project: str) -> bool:
+        """Delete the response if it is `project`'s."""
+        ...
+
+    async def response_project(self, response_id: str) -> str | None:
+        """The project the response belongs to (None: no such response)."""
+        ...
 
     async def input_items(self, response_id: str, after: str | None, limit: int,
                           order: Order) -> tuple[list[dict[str, Any]], bool]: ...
@@ -160,7 +170,9 @@ class ResponseStore(Protocol):
 
     async def update_conversation(self, conversation_id: str, metadata: dict[str, str]) -> StoredConversation | None: ...
 
-    async def delete_conversation(self, conversation_id: str) -> bool: ...
+    async def delete_conversation(self, conversation_id: str, project: str) -> bool:
+        """Delete the conversation if it is `project`'s."""
+        ...
 
     async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]],
                                      replica: str | None = None) -> bool:

@@ -94,22 +94,26 @@ class PostgresStore:
     async def get(self, response_id: str) -> StoredResponse | None:
         async def read(db: Connection) -> StoredResponse | None:
             row = await (await db.execute(
-                "SELECT id, created_at, status, response, previous_response_id, background, owner, lease_expires_at "
-                "FROM responses WHERE id = %s", (response_id,))).fetchone()
+                "SELECT id, created_at, status, response, previous_response_id, background, owner, lease_expires_at, "
+                "project FROM responses WHERE id = %s", (response_id,))).fetchone()
             if row is None:
                 return None
             items = await (await db.execute(
                 "SELECT item FROM input_items WHERE response_id = %s ORDER BY position", (response_id,))).fetchall()
             return StoredResponse(row[0], row[1], row[2], json.loads(row[3]), [json.loads(item) for (item,) in items],
-                                  row[4], row[5], row[6], row[7])
+                                  row[4], row[5], row[6], row[7], project=row[8])
 
         return await self._run(read)
 
     async def events_after(self, response_id: str, after: int) -> list[str]:
         return events_in(await self._rows(chunks_after("%s"), (response_id, after)), after)
 
-    async def delete(self, response_id: str) -> bool:
-        return await self._count("DELETE FROM responses WHERE id = %s", (response_id,)) > 0
+    async def delete(self, response_id: str, project: str) -> bool:
+        return await self._count("DELETE FROM responses WHERE id = %s AND project = %s", (response_id, project)) > 0
+
+    async def response_project(self, response_id: str) -> str | None:
+        rows = await self._rows("SELECT project FROM responses WHERE id = %s", (response_id,))
+        return rows[0][0] if rows else None
 
     async def input_items(self, response_id: str, after: str | None, limit: int,
                           order: Order) -> tuple[list[dict[str, Any]], bool]:
@@ -174,23 +178,26 @@ class PostgresStore:
 
     async def create_conversation(self, conversation: StoredConversation, items: list[dict[str, Any]]) -> None:
         async def write(db: Connection) -> None:
-            await db.execute("INSERT INTO conversations (id, created_at, metadata) VALUES (%s, %s, %s)",
-                             (conversation.id, conversation.created_at, json.dumps(conversation.metadata)))
+            await db.execute("INSERT INTO conversations (id, created_at, metadata, project) VALUES (%s, %s, %s, %s)",
+                             (conversation.id, conversation.created_at, json.dumps(conversation.metadata),
+                              conversation.project))
             await _append(db, conversation.id, items)
 
         await self._run(write)
 
     async def get_conversation(self, conversation_id: str) -> StoredConversation | None:
-        rows = await self._rows("SELECT id, created_at, metadata FROM conversations WHERE id = %s", (conversation_id,))
-        return StoredConversation(rows[0][0], rows[0][1], json.loads(rows[0][2])) if rows else None
+        rows = await self._rows("SELECT id, created_at, metadata, project FROM conversations WHERE id = %s",
+                                (conversation_id,))
+        return StoredConversation(rows[0][0], rows[0][1], json.loads(rows[0][2]), rows[0][3]) if rows else None
 
     async def update_conversation(self, conversation_id: str, metadata: dict[str, str]) -> StoredConversation | None:
-        rows = await self._rows("UPDATE conversations SET metadata = %s WHERE id = %s RETURNING id, created_at, metadata",
-                                (json.dumps(metadata), conversation_id))
-        return StoredConversation(rows[0][0], rows[0][1], json.loads(rows[0][2])) if rows else None
+        rows = await self._rows("UPDATE conversations SET metadata = %s WHERE id = %s RETURNING id, created_at, metadata, "
+                                "project", (json.dumps(metadata), conversation_id))
+        return StoredConversation(rows[0][0], rows[0][1], json.loads(rows[0][2]), rows[0][3]) if rows else None
 
-    async def delete_conversation(self, conversation_id: str) -> bool:
-        return await self._count("DELETE FROM conversations WHERE id = %s", (conversation_id,)) > 0
+    async def delete_conversation(self, conversation_id: str, project: str) -> bool:
+        return await self._count("DELETE FROM conversations WHERE id = %s AND project = %s",
+                                 (conversation_id, project)) > 0
 
     async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]],
                                      replica: str | None = None) -> bool:
@@ -294,10 +301,10 @@ async def _insert(db: Connection, record: StoredResponse, lease_seconds: float |
     """The response row and its input items; a running one owned, its lease from the database's clock."""
     await db.execute(
         "INSERT INTO responses (id, created_at, status, response, previous_response_id, background, owner, "
-        f"lease_expires_at, replica) VALUES (%s, %s, %s, %s, %s, %s, %s, {_NOW} + %s, %s) ON CONFLICT (id) DO UPDATE "
-        "SET status = excluded.status, response = excluded.response",
+        f"lease_expires_at, replica, project) VALUES (%s, %s, %s, %s, %s, %s, %s, {_NOW} + %s, %s, %s) ON CONFLICT (id) "
+        "DO UPDATE SET status = excluded.status, response = excluded.response WHERE responses.project = excluded.project",
         (record.id, record.created_at, record.status, json.dumps(record.response), record.previous_response_id,
-         record.background, record.owner, lease_seconds, record.replica))
+         record.background, record.owner, lease_seconds, record.replica, record.project))
     async with db.cursor() as cursor:
         await cursor.executemany(
             "INSERT INTO input_items (response_id, position, item_id, item) VALUES (%s, %s, %s, %s) "

@@ -88,13 +88,14 @@ class SqliteStore:
 
     async def get(self, response_id: str) -> StoredResponse | None:
         def read(db: sqlite3.Connection) -> StoredResponse | None:
-            row = db.execute("SELECT id, created_at, status, response, previous_response_id, background "
+            row = db.execute("SELECT id, created_at, status, response, previous_response_id, background, project "
                              "FROM responses WHERE id = ?", (response_id,)).fetchone()
             if row is None:
                 return None
             items = [json.loads(item) for (item,) in db.execute(
                 "SELECT item FROM input_items WHERE response_id = ? ORDER BY position", (response_id,))]
-            return StoredResponse(row[0], row[1], row[2], json.loads(row[3]), items, row[4], bool(row[5]))
+            return StoredResponse(row[0], row[1], row[2], json.loads(row[3]), items, row[4], bool(row[5]),
+                                  project=row[6])
 
         return await self._run(read)
 
@@ -102,9 +103,14 @@ class SqliteStore:
         return await self._run(lambda db: events_in(db.execute(chunks_after("?"), (response_id, after)).fetchall(),
                                                     after))
 
-    async def delete(self, response_id: str) -> bool:
+    async def delete(self, response_id: str, project: str) -> bool:
         return await self._run(lambda db: db.execute(
-            "DELETE FROM responses WHERE id = ?", (response_id,)).rowcount > 0)
+            "DELETE FROM responses WHERE id = ? AND project = ?", (response_id, project)).rowcount > 0)
+
+    async def response_project(self, response_id: str) -> str | None:
+        row = await self._run(lambda db: db.execute("SELECT project FROM responses WHERE id = ?",
+                                                    (response_id,)).fetchone())
+        return row[0] if row else None
 
     async def input_items(self, response_id: str, after: str | None, limit: int,
                           order: Order) -> tuple[list[dict[str, Any]], bool]:
@@ -172,17 +178,18 @@ class SqliteStore:
 
     async def create_conversation(self, conversation: StoredConversation, items: list[dict[str, Any]]) -> None:
         def write(db: sqlite3.Connection) -> None:
-            db.execute("INSERT INTO conversations (id, created_at, metadata) VALUES (?, ?, ?)",
-                       (conversation.id, conversation.created_at, json.dumps(conversation.metadata)))
+            db.execute("INSERT INTO conversations (id, created_at, metadata, project) VALUES (?, ?, ?, ?)",
+                       (conversation.id, conversation.created_at, json.dumps(conversation.metadata),
+                        conversation.project))
             _append(db, conversation.id, items)
 
         await self._run(write)
 
     async def get_conversation(self, conversation_id: str) -> StoredConversation | None:
         def read(db: sqlite3.Connection) -> StoredConversation | None:
-            row = db.execute("SELECT id, created_at, metadata FROM conversations WHERE id = ?",
+            row = db.execute("SELECT id, created_at, metadata, project FROM conversations WHERE id = ?",
                              (conversation_id,)).fetchone()
-            return StoredConversation(row[0], row[1], json.loads(row[2])) if row else None
+            return StoredConversation(row[0], row[1], json.loads(row[2]), row[3]) if row else None
 
         return await self._run(read)
 
@@ -191,9 +198,9 @@ class SqliteStore:
                                               (json.dumps(metadata), conversation_id)))
         return await self.get_conversation(conversation_id)
 
-    async def delete_conversation(self, conversation_id: str) -> bool:
+    async def delete_conversation(self, conversation_id: str, project: str) -> bool:
         return await self._run(lambda db: db.execute(
-            "DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0)
+            "DELETE FROM conversations WHERE id = ? AND project = ?", (conversation_id, project)).rowcount > 0)
 
     async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]],
                                      replica: str | None = None) -> bool:
@@ -306,10 +313,10 @@ def _insert(db: sqlite3.Connection, record: StoredResponse, lease_seconds: float
     """The response row and its input items; a running one owned, its lease from the database's clock."""
     db.execute(
         "INSERT INTO responses (id, created_at, status, response, previous_response_id, background, owner, "
-        f"lease_expires_at, replica) VALUES (?, ?, ?, ?, ?, ?, ?, {_NOW} + ?, ?) ON CONFLICT(id) DO UPDATE SET "
-        "status=excluded.status, response=excluded.response",
+        f"lease_expires_at, replica, project) VALUES (?, ?, ?, ?, ?, ?, ?, {_NOW} + ?, ?, ?) ON CONFLICT(id) DO UPDATE "
+        "SET status=excluded.status, response=excluded.response WHERE responses.project = excluded.project",
         (record.id, record.created_at, record.status, json.dumps(record.response), record.previous_response_id,
-         int(record.background), record.owner, lease_seconds, record.replica))
+         int(record.background), record.owner, lease_seconds, record.replica, record.project))
     db.executemany("INSERT OR IGNORE INTO input_items (response_id, position, item_id, item) VALUES (?, ?, ?, ?)",
                    item_rows(record.id, 0, record.input_items))
 

@@ -1,0 +1,157 @@
+"""Two projects on one server (and a second replica on the same store), SQLite and PostgreSQL: every way one
+project can name another's response or conversation gets exactly what a random id gets, and changes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from contextlib import ExitStack
+from typing import Any, Callable, Iterator
+
+import httpx
+import pytest
+
+from server.config import ServerConfig
+from server.http.app import create_app
+from server.serving import ServingContext
+from server.tenancy.keys import ApiKey
+from tests.conftest import serve_in_thread
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+from tests.test_server import MODEL
+from tests.test_store import open_url
+
+KEYS = {"alpha": "alpha-secret-key-0123456789abcdef", "beta": "beta-secret-key-0123456789abcdef"}
+IDS = re.compile(r"\b(resp|conv|msg|item)_[0-9A-Za-z]+")
+
+
+def declared() -> tuple[ApiKey, ...]:
+    return tuple(ApiKey(id=f"file_{name}", name=name, project=name, hash=hashlib.sha256(key.encode()).hexdigest())
+                 for name, key in KEYS.items())
+
+
+@pytest.fixture
+def replicas(store_url: str, tokenizer: Any) -> Iterator[tuple[list[str], ScriptedEngine]]:
+    """Two apps (replicas) on one store, each engine answering "Paris." slowly enough for a background response to be
+    running while the other project reaches for it."""
+    answer = steps_from_tokens(tokenizer.encode("Paris is the capital.", add_special_tokens=False)
+                               + [tokenizer.eos_token_id], cuts=list(range(1, 8)))
+    with ExitStack() as stack:
+        urls, engine = [], None
+        for _ in range(2):
+            engine = ScriptedEngine(tokenizer=tokenizer, scripts=[answer], step_delay=0.05)
+            context = ServingContext(config=ServerConfig(served_model_name=MODEL, project_keys=declared()),
+                                     engine_factory=lambda engine=engine: engine, store=open_url(store_url))
+            urls.append(stack.enter_context(serve_in_thread(create_app(context))))
+        assert engine is not None
+        yield urls, engine
+
+
+class Client:
+    """One project's HTTP client on one replica."""
+
+    def __init__(self, base_url: str, project: str) -> None:
+        self.http = httpx.Client(base_url=base_url, timeout=30,
+                                 headers={"Authorization": f"Bearer {KEYS[project]}"})
+
+    def create(self, **body: Any) -> dict[str, Any]:
+        answer = self.http.post("/responses", json={"model": MODEL, **body})
+        assert answer.status_code == 200, answer.text
+        return answer.json() if not body.get("stream") else {}
+
+
+def alpha_objects(alpha: Client) -> dict[str, str]:
+    """Alpha's objects of every kind: a stored response, a streamed one, a background one still running, a
+    conversation with an item, and a response in that conversation."""
+    stored = alpha.create(input="What is the capital of France?")
+    with alpha.http.stream("POST", "/responses", json={"model": MODEL, "input": "Again?", "stream": True}) as answer:
+        lines = list(answer.iter_lines())
+    streamed = next(json.loads(line[5:])["response"]["id"] for line in lines
+                    if line.startswith("data:") and '"response.created"' in line)
+    conversation = alpha.http.post("/conversations", json={"items": [{"role": "user", "content": "Hello."}]}).json()
+    item = alpha.http.get(f"/conversations/{conversation['id']}/items").json()["data"][0]["id"]
+    in_conversation = alpha.create(input="And Italy?", conversation=conversation["id"])
+    background = alpha.create(input="Slowly, please.", background=True)
+    return {"stored": stored["id"], "streamed": streamed, "in_conversation": in_conversation["id"],
+            "background": background["id"], "conversation": conversation["id"], "item": item}
+
+
+def attempts(response_id: str, conversation_id: str, item_id: str) -> dict[str, Callable[[Client], httpx.Response]]:
+    """Every route and field that names a response or a conversation, as another project would use it."""
+    def create(**body: Any) -> Callable[[Client], httpx.Response]:
+        return lambda c: c.http.post("/responses", json={"model": MODEL, "input": "Go on.", **body})
+
+    def streamed(**body: Any) -> Callable[[Client], httpx.Response]:  # the error comes before any event
+        return lambda c: c.http.post("/responses", json={"model": MODEL, "input": "Go on.", "stream": True, **body})
+
+    return {
+        "GET response": lambda c: c.http.get(f"/responses/{response_id}"),
+        "GET response stream": lambda c: c.http.get(f"/responses/{response_id}", params={"stream": "true"}),
+        "GET input_items": lambda c: c.http.get(f"/responses/{response_id}/input_items"),
+        "POST cancel": lambda c: c.http.post(f"/responses/{response_id}/cancel"),
+        "previous_response_id": create(previous_response_id=response_id),
+        "previous_response_id, streamed": streamed(previous_response_id=response_id),
+        "previous_response_id, background": create(previous_response_id=response_id, background=True),
+        "compact": lambda c: c.http.post("/responses/compact", json={"model": MODEL,
+                                                                     "previous_response_id": response_id}),
+        "input_tokens": lambda c: c.http.post("/responses/input_tokens", json={"model": MODEL, "input": "x",
+                                                                               "previous_response_id": response_id}),
+        "conversation field": create(conversation=conversation_id),
+        "GET conversation": lambda c: c.http.get(f"/conversations/{conversation_id}"),
+        "POST conversation": lambda c: c.http.post(f"/conversations/{conversation_id}", json={"metadata": {"a": "b"}}),
+        "GET items": lambda c: c.http.get(f"/conversations/{conversation_id}/items"),
+        "POST items": lambda c: c.http.post(f"/conversations/{conversation_id}/items",
+                                            json={"items": [{"role": "user", "content": "Injected."}]}),
+        "GET item": lambda c: c.http.get(f"/conversations/{conversation_id}/items/{item_id}"),
+        "DELETE item": lambda c: c.http.delete(f"/conversations/{conversation_id}/items/{item_id}"),
+        "DELETE conversation": lambda c: c.http.delete(f"/conversations/{conversation_id}"),
+        "DELETE response": lambda c: c.http.delete(f"/responses/{response_id}"),
+    }
+
+
+def seen(answer: httpx.Response) -> tuple[int, str]:
+    """What a client learns from an answer, ids made alike."""
+    return answer.status_code, IDS.sub("ID", answer.text)
+
+
+def random_like(object_id: str) -> str:
+    prefix, _, rest = object_id.partition("_")
+    return f"{prefix}_{'0' * len(rest)}"
+
+
+def test_another_projects_objects_are_exactly_missing_ones(replicas: tuple[list[str], ScriptedEngine]) -> None:
+    urls, _ = replicas
+    alpha = Client(urls[0], "alpha")
+    objects = alpha_objects(alpha)
+    for url in urls:  # on the replica that made them, and on the other one
+        beta = Client(url, "beta")
+        for kind in ("stored", "streamed", "in_conversation", "background"):
+            theirs = attempts(objects[kind], objects["conversation"], objects["item"])
+            missing = attempts(random_like(objects[kind]), random_like(objects["conversation"]),
+                               random_like(objects["item"]))
+            for name, attempt in theirs.items():
+                assert seen(attempt(beta)) == seen(missing[name](beta)), (kind, name, url)
+    # nothing of alpha's changed or went away
+    for kind in ("stored", "streamed", "in_conversation"):
+        assert alpha.http.get(f"/responses/{objects[kind]}").status_code == 200, kind
+    items = alpha.http.get(f"/conversations/{objects['conversation']}/items", params={"order": "asc"}).json()["data"]
+    assert items[0]["id"] == objects["item"] and "Injected." not in json.dumps(items)
+    assert alpha.http.get(f"/conversations/{objects['conversation']}").json()["metadata"] == {}
+    deadline = time.monotonic() + 30
+    while alpha.http.get(f"/responses/{objects['background']}").json()["status"] in ("queued", "in_progress"):
+        assert time.monotonic() < deadline, "alpha's background response never ended"
+        time.sleep(0.1)
+    assert alpha.http.get(f"/responses/{objects['background']}").json()["status"] == "completed", \
+        "beta's cancel or delete reached alpha's background response"
+
+
+def test_each_project_lists_and_continues_its_own(replicas: tuple[list[str], ScriptedEngine]) -> None:
+    urls, _ = replicas
+    alpha, beta = Client(urls[0], "alpha"), Client(urls[1], "beta")
+    first = alpha.create(input="What is the capital of France?")
+    mine = beta.create(input="What is the capital of Spain?")
+    assert beta.create(input="And Italy?", previous_response_id=mine["id"])["status"] == "completed"
+    assert alpha.create(input="And Italy?", previous_response_id=first["id"])["status"] == "completed"
+    assert alpha.http.delete(f"/responses/{first['id']}").status_code == 200
+    assert beta.http.get(f"/responses/{mine['id']}").status_code == 200
