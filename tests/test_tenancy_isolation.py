@@ -110,6 +110,16 @@ def attempts(response_id: str, conversation_id: str, item_id: str) -> dict[str, 
     }
 
 
+def over_websocket(base_url: str, project: str, **event: Any) -> str:
+    """The first event the server answers a `response.create` with, over a WebSocket opened with `project`'s key."""
+    from websockets.sync.client import connect
+
+    with connect(base_url.replace("http://", "ws://") + "/responses",
+                 additional_headers={"Authorization": f"Bearer {KEYS[project]}"}) as socket:
+        socket.send(json.dumps({"type": "response.create", "model": MODEL, "input": "Go on.", **event}))
+        return IDS.sub("ID", socket.recv(timeout=30))
+
+
 def seen(answer: httpx.Response) -> tuple[int, str]:
     """What a client learns from an answer, ids made alike."""
     return answer.status_code, IDS.sub("ID", answer.text)
@@ -132,6 +142,10 @@ def test_another_projects_objects_are_exactly_missing_ones(replicas: tuple[list[
                                random_like(objects["item"]))
             for name, attempt in theirs.items():
                 assert seen(attempt(beta)) == seen(missing[name](beta)), (kind, name, url)
+            for field, value in (("previous_response_id", objects[kind]), ("conversation", objects["conversation"])):
+                refused = over_websocket(url, "beta", **{field: value})
+                assert refused == over_websocket(url, "beta", **{field: random_like(value)}), (kind, field, url)
+                assert '"type":"error"' in refused.replace(" ", ""), refused
     # nothing of alpha's changed or went away
     for kind in ("stored", "streamed", "in_conversation"):
         assert alpha.http.get(f"/responses/{objects[kind]}").status_code == 200, kind
