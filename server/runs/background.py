@@ -105,7 +105,9 @@ class BackgroundRuns:
     async def cancel(self, response_id: str, project: str) -> LiveResponse | None:
         """Cancel `project`'s background response running here; one whose terminal event is made has ended as it
         was told (its save may still be under way) and is left to finish."""
-        live = self.get(response_id, project)
+        return await self._cancel(self.get(response_id, project))
+
+    async def _cancel(self, live: LiveResponse | None) -> LiveResponse | None:
         if live is None or live.done or live.task is None or live.stored.ended:
             return live
         live.task.cancel()
@@ -170,8 +172,8 @@ class BackgroundRuns:
             await asyncio.sleep(self.poll_seconds)
             try:
                 if self.live:
-                    for response_id in await store.cancel_requests(self.owner):
-                        await self.cancel(response_id)
+                    for response_id in await store.cancel_requests(self.owner):  # asked by the project's
+                        await self._cancel(self.live.get(response_id))  # own request (ProjectStore.request_cancel)
                 if time.monotonic() - last_round >= self.lease_seconds / 3:
                     last_round = time.monotonic()
                     if self.live:
