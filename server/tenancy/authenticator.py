@@ -8,11 +8,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from server.store.interface import StoreUnavailable
 from server.tenancy.keys import DEFAULT_PROJECT, ApiKey, Caller, key_hash
 
 logger = logging.getLogger(__name__)
 TOUCH_SECONDS = 60.0  # a key's `last_used_at` is written at most this often per process
-RECHECK_SECONDS = 1.0  # a server that needs no key yet asks the store this often whether a key was made
 
 
 class KeyTable(Protocol):
@@ -45,25 +45,22 @@ class Authenticator:
     declared: dict[str, ApiKey]
     table: KeyTable | None = None
     clock: Callable[[], float] = time.time
-    required: bool = False  # keys are declared, or the store has some: from then on, every request needs one
+    required: bool = False  # set at start: keys are declared, or the store has some; then every request needs one
     _touched: dict[str, float] = field(default_factory=dict)
-    _checked_at: float = float("-inf")  # when the store was last asked whether it has keys
 
     async def start(self) -> None:
+        """Decide, once, whether requests need a key (a server started with none stays open until it restarts)."""
         self.required = bool(self.declared)
-        await self._recheck()
-
-    async def _recheck(self) -> None:
-        """Whether the store has keys now (the first `keys create` closes an open server within a second)."""
-        now = self.clock()
-        if not self.required and self.table is not None and now - self._checked_at >= RECHECK_SECONDS:
-            self._checked_at = now
-            self.required = await self.table.has_keys()
+        if not self.required and self.table is not None:
+            try:
+                self.required = await self.table.has_keys()
+            except StoreUnavailable:  # it may hold keys: refuse what cannot be checked rather than open the door
+                logger.warning("the key store is unavailable at start: every request needs a key")
+                self.required = True
 
     async def caller(self, authorization: bytes) -> Caller | None:
         """The caller a request's `Authorization` header names; None: a key is needed and this is not one.
         StoreUnavailable when the key table cannot be read."""
-        await self._recheck()
         if not self.required:
             return Caller()
         scheme, _, given = authorization.partition(b" ")
