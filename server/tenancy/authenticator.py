@@ -32,9 +32,9 @@ class KeyTable(Protocol):
 
 def declared_keys(api_keys: tuple[str, ...], projects: tuple[ApiKey, ...]) -> dict[str, ApiKey]:
     """The keys known at start, by hash: `--api-key`'s (the default project), then the projects file's."""
-    keys = {key_hash(key): ApiKey(id=f"env_{key_hash(key)[:12]}", name="api-key", project=DEFAULT_PROJECT,
-                                  hash=key_hash(key)) for key in api_keys}
-    return {**keys, **{key.hash: key for key in projects}}
+    keys = [ApiKey(id=f"env_{digest[:12]}", name="api-key", project=DEFAULT_PROJECT, hash=digest)
+            for digest in map(key_hash, api_keys)]
+    return {key.hash: key for key in (*keys, *projects)}
 
 
 @dataclass
