@@ -75,7 +75,7 @@ class CustomCallParser(Protocol):
     """A parser that holds a custom call's input until the call ends (harmony's), and can end it early."""
 
     @property
-    def in_custom_call(self) -> bool: ...
+    def custom_call_tool(self) -> str | None: ...
 
     def open_custom_call(self) -> tuple[str, str] | None:
         """The open custom call's tool name and input so far."""
@@ -107,8 +107,8 @@ class GrammarClosing:
             self._step = max(self._step, output_tokens - self._seen)
         self._seen = output_tokens
         left = self.budget - output_tokens
-        if left > CLOSING_WINDOW or not self.parser.in_custom_call:
-            return False
+        if left > CLOSING_WINDOW or self.parser.custom_call_tool not in self.grammars:
+            return False  # (a custom tool with no grammar is never closed: not worth asking the search)
         return not self._hopeless and (self._needs is None or left - self._needs <= self._step)
 
     def ending(self, output_tokens: int) -> list[Any] | None:
