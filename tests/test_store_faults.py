@@ -164,3 +164,39 @@ def test_a_follower_on_another_replica_rides_out_a_store_outage_or_ends_with_an_
                 pass
         faulty.broken = False
         assert wait_for_status(b, response_id, {"completed"}, within=60).output_text.startswith("word0 word1")
+
+
+
+def test_stores_opening_a_new_database_at_once_all_find_it_migrated(tmp_path: Path) -> None:
+    """`--api-server-count N` opens one new file from N processes at the same moment: each migrates it or waits for
+    the one that does (one that lost the race started with the store unavailable and refused every key)."""
+    import asyncio
+
+    from server.store.migrations import migrations
+
+    def first_read(store: SqliteStore, ready: threading.Barrier) -> bool:
+        ready.wait()
+        return asyncio.run(store.has_keys())
+
+    for attempt in range(5):
+        path = tmp_path / f"new-{attempt}.db"
+        stores = [SqliteStore(path) for _ in range(6)]
+        ready = threading.Barrier(len(stores))
+        results: list[Any] = []
+        threads = [threading.Thread(target=lambda s=store: results.append(_outcome(first_read, s, ready)))
+                   for store in stores]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert results == [False] * len(stores), results
+        db = sqlite3.connect(path)
+        assert db.execute("PRAGMA user_version").fetchone()[0] == migrations("sqlite")[-1][0]
+        db.close()
+
+
+def _outcome(work: Any, *args: Any) -> Any:
+    try:
+        return work(*args)
+    except Exception as exc:  # noqa: BLE001 - the test reports what each store met
+        return repr(exc)

@@ -18,7 +18,10 @@ import pytest
 from server.config import ServerConfig
 from server.http.app import create_app
 from server.serving import ServingContext
+from server.store.interface import StoreUnavailable
+from server.tenancy.authenticator import Authenticator
 from server.tenancy.commands import main as keys_main
+from server.tenancy.keys import Caller
 from server.tenancy.projects_file import read_projects_file
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
@@ -143,3 +146,40 @@ def test_a_bad_projects_file_is_refused_naming_what_is_wrong(tmp_path: Path, tex
     projects.write_text(text)
     with pytest.raises(ValueError, match=complaint):
         read_projects_file(projects)
+
+
+class _FlakyKeyTable:
+    """A key table whose store is down for its first `down` reads, then holds no key."""
+
+    def __init__(self, down: int) -> None:
+        self.down = down
+
+    async def has_keys(self) -> bool:
+        if self.down:
+            self.down -= 1
+            raise StoreUnavailable("down")
+        return False
+
+    async def find_key(self, digest: str) -> None:
+        return None
+
+    async def touch_key(self, key_id: str, at: float) -> None:
+        return None
+
+
+def test_a_store_down_at_start_refuses_with_503_until_it_answers() -> None:
+    """Whether keys are needed is not known while the store is down: requests are refused (503, try again), not
+    told their key is wrong for the server's whole life (a process that lost a race for a new file did that)."""
+    authenticator = Authenticator({}, _FlakyKeyTable(down=2))
+
+    async def calls() -> list[object]:
+        await authenticator.start()
+        seen: list[object] = []
+        for _ in range(3):
+            try:
+                seen.append(await authenticator.caller(b""))
+            except StoreUnavailable:
+                seen.append("503")
+        return seen
+
+    assert asyncio.run(calls()) == ["503", Caller(), Caller()]

@@ -54,14 +54,23 @@ class SqliteStore:
 
     def _in_thread(self, work: Callable[[sqlite3.Connection], T]) -> T:
         if self._connection is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._connection = sqlite3.connect(self.path, check_same_thread=False, timeout=self.busy_timeout)
-            self._connection.execute("PRAGMA journal_mode=WAL")
-            self._connection.execute("PRAGMA synchronous=NORMAL")
-            self._connection.execute("PRAGMA foreign_keys=ON")
-            _migrate(self._connection)
+            self._connection = self._open()
         with self._connection:  # one transaction per unit of work
             return work(self._connection)
+
+    def _open(self) -> sqlite3.Connection:
+        """A connection to the migrated file (kept only once the migrations are in)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(self.path, check_same_thread=False, timeout=self.busy_timeout)
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")
+            connection.execute("PRAGMA foreign_keys=ON")
+            _migrate(connection)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
 
     async def save(self, record: StoredResponse, events: list[str] | None = None) -> None:
         def write(db: sqlite3.Connection) -> None:
@@ -302,11 +311,31 @@ class SqliteStore:
 
 
 def _migrate(db: sqlite3.Connection) -> None:
-    """Apply the migrations newer than the file's `user_version`, each in its own transaction."""
-    (version,) = db.execute("PRAGMA user_version").fetchone()
-    for number, script in migrations("sqlite"):
-        if number > version:
-            db.executescript(f"BEGIN; {script}; PRAGMA user_version = {number}; COMMIT;")
+    """Apply the migrations newer than the file's `user_version` in one write transaction, taken before the version
+    is read: processes opening a new file together migrate it one at a time (the others wait, then find it done)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+        for number, script in migrations("sqlite"):
+            if number > version:
+                for statement in _statements(script):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {number}")
+    except BaseException:
+        db.rollback()
+        raise
+    db.commit()
+
+
+def _statements(script: str) -> list[str]:
+    """A script's statements, each whole (`executescript` would commit the transaction the migration holds)."""
+    statements, pending = [], ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    return statements + ([pending.strip()] if pending.strip() else [])
 
 
 def _insert(db: sqlite3.Connection, record: StoredResponse, lease_seconds: float | None) -> None:

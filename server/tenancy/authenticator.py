@@ -45,23 +45,25 @@ class Authenticator:
     declared: dict[str, ApiKey]
     table: KeyTable | None = None
     clock: Callable[[], float] = time.time
-    required: bool = False  # set at start: keys are declared, or the store has some; then every request needs one
+    required: bool | None = None  # decided once: keys are declared, or the store has some; None: not yet known
     _touched: dict[str, float] = field(default_factory=dict)
 
     async def start(self) -> None:
         """Decide, once, whether requests need a key (a server started with none stays open until it restarts)."""
-        self.required = bool(self.declared)
-        if not self.required and self.table is not None:
-            try:
-                self.required = await self.table.has_keys()
-            except StoreUnavailable:  # it may hold keys: refuse what cannot be checked rather than open the door
-                logger.warning("the key store is unavailable at start: every request needs a key")
-                self.required = True
+        try:
+            await self._decide()
+        except StoreUnavailable:  # it may hold keys: requests are refused (503) until the store answers
+            logger.warning("the key store is unavailable at start: requests are refused until it answers")
+
+    async def _decide(self) -> bool:
+        if self.required is None:
+            self.required = bool(self.declared) or (self.table is not None and await self.table.has_keys())
+        return self.required
 
     async def caller(self, authorization: bytes) -> Caller | None:
         """The caller a request's `Authorization` header names; None: a key is needed and this is not one.
         StoreUnavailable when the key table cannot be read."""
-        if not self.required:
+        if not await self._decide():
             return Caller()
         scheme, _, given = authorization.partition(b" ")
         token = given.strip()
