@@ -118,11 +118,6 @@ class HarmonyParser:
         preamble its header said it was."""
         return [MessagePhase("commentary")] if self._open == "preamble" else []
 
-    @property
-    def custom_call_tool(self) -> str | None:
-        """The tool of the open custom call (its input is held until it ends); None: no custom call is open."""
-        return self._custom[0].name if self._custom is not None else None
-
     def open_custom_call(self) -> tuple[str, str] | None:
         """The open custom call's tool name and its input so far; None: no custom call is open."""
         if self._custom is None:

@@ -36,6 +36,7 @@ class JsonCallStreamer:
     closed: bool = False  # the call's object has closed
     _ended: bool = False  # close() has run
     _raw: list[str] = field(default_factory=list)  # all text fed, to give back a call that does not parse
+    _custom: tuple[str, int] | None = None  # a custom tool's call: the name written, where its arguments start
 
     def feed(self, text: str) -> tuple[list[Delta], str | None]:
         """Deltas for the call text, and the text after the call once its object closed (else None).
@@ -50,6 +51,13 @@ class JsonCallStreamer:
         self._raw.append(inside)
         self.closed = after is not None
         return self._consume(inside), after
+
+    def open_custom_call(self) -> tuple[str, str] | None:
+        """The custom tool's name and its arguments so far, while a custom call's object is open (else None)."""
+        if self._custom is None or self.closed:
+            return None
+        name, start = self._custom
+        return name, "".join(self._buffer)[start:]
 
     @property
     def raw_text(self) -> str:
@@ -85,6 +93,8 @@ class JsonCallStreamer:
         rest = buffered[match.end():]
         if tool.kind == "custom" or not rest.startswith("{"):
             self._mode = "whole"
+            if tool.kind == "custom":
+                self._custom = (json.loads(f'"{match.group(1)}"'), match.end())
             return []
         self._mode, self._buffer = "arguments", []
         return [ToolCallStarted(tool.name, kind=tool.kind, namespace=tool.namespace)] + self._stream_arguments(rest)

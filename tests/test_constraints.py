@@ -486,6 +486,32 @@ def test_a_harmony_custom_tools_input_follows_its_grammar(tool_choice: str, body
     assert _harmony_run(tag, f"<|channel|>commentary to=functions.run<|message|>{body}<|call|>") is expected
 
 
+HERMES_RUN = '<tool_call>\n{"name": "run", "arguments": {"input": %s}}\n</tool_call>'
+QWEN_RUN = "<tool_call>\n<function=run>\n<parameter=input>\n%s\n</parameter>\n</function>\n</tool_call>"
+QUOTED = {"type": "custom", "name": "say", "format": {"type": "grammar", "syntax": "regex",
+                                                      "definition": r'say "[a-z]+"\n'}}
+
+
+@pytest.mark.parametrize(("parser", "tools", "tool_choice", "text", "expected"), [
+    ("hermes", [ECHO], "required", HERMES_RUN % '"echo hello"', True),
+    ("hermes", [ECHO], "required", HERMES_RUN % '"rm -rf /"', False),
+    ("hermes", [ECHO], "auto", "Sure. " + HERMES_RUN % '"echo hello"', True),
+    ("hermes", [ECHO], "auto", "Sure. " + HERMES_RUN % '"echo Hello"', False),
+    ("hermes", [QUOTED], "required", HERMES_RUN.replace("run", "say") % json.dumps('say "hi"\n'), True),
+    ("hermes", [QUOTED], "required", HERMES_RUN.replace("run", "say") % '"say \"hi\"\n\n"', False),
+    ("hermes", [ECHO], "required", HERMES_RUN % '"echo hello", "more": 1', False),
+    ("llama3_json", [ECHO], "required", '{"name": "run", "parameters": {"input": "echo hello"}}', True),
+    ("llama3_json", [ECHO], "required", '{"name": "run", "parameters": {"input": "echo 42"}}', False),
+    ("qwen3_coder", [ECHO], "required", QWEN_RUN % "echo hello", True),
+    ("qwen3_coder", [ECHO], "required", QWEN_RUN % "echo 42", False),
+], ids=["follows", "off the grammar", "auto: follows", "auto: off", "escaped quotes and newline",
+        "one newline too many", "another field", "llama3_json: follows", "llama3_json: off", "qwen3_coder: follows",
+        "qwen3_coder: off"])
+def test_a_chat_custom_tools_escaped_input_follows_its_grammar(parser: str, tools: list[Any], tool_choice: str,
+                                                               text: str, expected: bool) -> None:
+    assert accepts(_chat_grammar(parser, tools=tools, tool_choice=tool_choice), text) is expected
+
+
 def test_a_freeform_body_parses_as_the_custom_call() -> None:
     request = _request(tools=[ECHO], tool_choice="required")
     tokens = harmony_encoding().encode("<|channel|>commentary to=functions.run<|message|>echo hello<|call|>",

@@ -130,3 +130,43 @@ def test_a_call_that_ends_by_itself_is_left_alone(harmony: Harness) -> None:
                         max_output_tokens=len(tokens) + 2).json()
     assert data["status"] == "completed"
     assert [item["input"] for item in data["output"] if item["type"] == "custom_tool_call"] == ["hello there."]
+
+
+@pytest.fixture(scope="module")
+def chat(tokenizer: Any) -> Iterator[Harness]:
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
+                             ids=counting_ids())
+    with serve_in_thread(create_app(context)) as base_url:
+        yield Harness(engine, base_url)
+
+
+@pytest.mark.parametrize("budget", [40, 100])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_a_chat_custom_call_the_budget_would_cut_is_closed_by_its_grammar(chat: Harness, tokenizer: Any, budget: int,
+                                                                          stream: bool) -> None:
+    """The chat-template path (hermes): the call is `{"input": "..."}` in the model's own tags; its escaped input is
+    completed under the grammar, then the call's end, read by the tool parser as if the model wrote them."""
+    head = '<tool_call>\n{"name": "say", "arguments": {"input": "'
+    tokens = tokenizer.encode(head + " ".join(["word"] * 400), add_special_tokens=False)[:budget]
+    chat.play(steps_from_tokens(tokens, cuts=list(range(1, len(tokens))), finish="length"))
+    body: dict[str, Any] = {"input": "Say something.", "tools": [SENTENCE_TOOL], "tool_choice": "required",
+                            "max_output_tokens": budget}
+    if stream:
+        response = validate_events(chat.raw_stream(**body))
+        status, output = response.status, [i.model_dump() for i in response.output]
+        used_tokens = response.usage.output_tokens if response.usage else 0
+    else:
+        answer = chat.post(**body)
+        assert answer.status_code == 200, answer.text
+        data = answer.json()
+        status, output, used_tokens = data["status"], data["output"], data["usage"]["output_tokens"]
+    assert status == "completed", output
+    (call,) = [item for item in output if item["type"] == "custom_tool_call"]
+    assert re.fullmatch(SENTENCE, call["input"]), call["input"]
+    whole = head + call["input"] + '"}}\n</tool_call>'  # (the sentence has nothing JSON escapes)
+    written = tokenizer.decode(tokens[:used_tokens])
+    assert whole.startswith(written)
+    closing = whole[len(written):]
+    assert used_tokens + len(closing.encode()) <= budget, "the closing fits the budget"
+    assert chat.engine_aborted_last_request(), "the model's endless sentence is not generated on"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from server.constraints.json_grammar import json_grammar
+from server.constraints.json_string import ebnf_literal, json_string_grammar, renamed_root
 from server.constraints.rules import OutputRules
 
 Format = dict[str, Any]
@@ -21,6 +22,8 @@ GRAMMAR_CALL_LIMIT = 8
 # Bytes a call gets at least when the output budget is shared between parallel calls: fewer calls, not smaller.
 MIN_CALL_BYTES = 256
 REASONING_END_TOKENS = 16  # the end string vLLM writes when thinking reaches its budget (`</think>`), at most
+CUSTOM_INPUT_OPEN, CUSTOM_INPUT_CLOSE = '{"input": "', '"}'  # a custom call's arguments around its escaped input
+QWEN_INPUT_OPEN, QWEN_INPUT_CLOSE = "<parameter=input>\n", "\n</parameter>"  # and qwen3_coder's, around the raw input
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ def chat_structural_tag(rules: OutputRules, syntax: CallSyntax | None) -> str | 
     if syntax is None:
         raise ValueError("this tool-call format has no grammar")
     limit, per_call = calls_within(rules.max_calls or GRAMMAR_CALL_LIMIT, rules.answer_budget, syntax.separator)
-    tags = [_call_tag(syntax, name, schema, per_call) for name, schema in calls.schemas.items()]
+    tags = [_call_tag(syntax, name, schema, per_call, calls.custom.get(name)) for name, schema in calls.schemas.items()]
     if calls.required:
         return _structural_tag(_calls_only(tags, syntax, limit))
     if answer is not None:  # a JSON answer, or calls
@@ -103,11 +106,32 @@ def call_budget(budget: int | None, *fixed: str) -> int | None:
     return left if left > 0 else None
 
 
-def _call_tag(syntax: CallSyntax, name: str, schema: dict[str, Any], budget: int | None) -> Format:
+def custom_arguments_grammar(ebnf: str, after: str = "") -> str:
+    """The arguments of a custom call in a JSON call syntax, `{"input": "..."}`, whose input written as a JSON string
+    follows the tool's grammar `ebnf`; then `after` (the call's end, for its closing: server/constraints/closing.py)."""
+    return (f"root ::= {ebnf_literal(CUSTOM_INPUT_OPEN)} custom_input {ebnf_literal(CUSTOM_INPUT_CLOSE + after)}\n"
+            + renamed_root(json_string_grammar(ebnf), "custom_input"))
+
+
+def _call_tag(syntax: CallSyntax, name: str, schema: dict[str, Any], budget: int | None,
+              custom: str | None) -> Format:
+    """One call of tool `name`: its arguments valid against `schema`, or a custom tool's input under its grammar
+    (`custom`; the closing bounds it, not the grammar)."""
     begin = syntax.begin(name)
-    content = grammar_format(schema, call_budget(budget, begin, syntax.end)) if syntax.style == "json" else {
-        "type": "json_schema", "json_schema": schema, "style": syntax.style}
+    if custom is not None:
+        grammar = custom_arguments_grammar(custom) if syntax.style == "json" else _qwen_input_grammar(custom)
+        content: Format = {"type": "grammar", "grammar": grammar}
+    elif syntax.style != "json":
+        content = {"type": "json_schema", "json_schema": schema, "style": syntax.style}
+    else:
+        content = grammar_format(schema, call_budget(budget, begin, syntax.end))
     return {"type": "tag", "begin": begin, "content": content, "end": syntax.end}
+
+
+def _qwen_input_grammar(ebnf: str) -> str:
+    """A custom call's input as qwen3_coder writes a string parameter: as it is, between the parameter's tags."""
+    return (f"root ::= {ebnf_literal(QWEN_INPUT_OPEN)} custom_input {ebnf_literal(QWEN_INPUT_CLOSE)}\n"
+            + renamed_root(ebnf, "custom_input"))
 
 
 def _calls_only(tags: list[Format], syntax: CallSyntax, limit: int) -> Format:

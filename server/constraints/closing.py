@@ -21,7 +21,13 @@ CLOSING_WINDOW = 64  # tokens left when the run starts asking for the completion
 
 def shortest_completion(grammar: str, text: str, most: int) -> str | None:
     """The shortest text (of at most `most` characters of ALPHABET) after which `text` is a whole sentence of
-    `grammar` (xgrammar EBNF); None when `text` is off the grammar or no such text is found within the bounds.
+    `grammar` (xgrammar EBNF); None when `text` is off the grammar or no such text is found within the bounds."""
+    return _search(grammar, text, most)[0]
+
+
+def _search(grammar: str, text: str, most: int) -> tuple[str | None, bool]:
+    """(the shortest completion, or None; whether the search ended for want of length, so a completion may exist
+    beyond `most` characters).
 
     A breadth-first search over characters, one length at a time. Matcher states reached by texts of the same length
     are told apart by the parser's state as xgrammar prints it, so each is expanded once."""
@@ -29,31 +35,31 @@ def shortest_completion(grammar: str, text: str, most: int) -> str | None:
 
     matcher = xgrammar.GrammarMatcher(_compiled(grammar), terminate_without_stop_token=True)
     if not matcher.accept_string(text):
-        return None
+        return None, False
     bitmask = xgrammar.allocate_token_bitmask(1, len(ALPHABET))
     level: list[tuple[Any, str]] = [(matcher, "")]
     visited = 0
     for length in range(most + 1):
         for state, suffix in level:
             if state.is_completed():
-                return suffix
+                return suffix, False
         if length == most:
-            return None
+            return None, True
         following: dict[str, tuple[Any, str]] = {}
         for state, suffix in level:
             for index in _allowed(state, bitmask):
                 visited += 1
                 if visited > MOST_STATES:
-                    return None
+                    return None, False
                 state.accept_token(index)
                 key = state._debug_print_internal_state()
                 if key not in following:
                     following[key] = (state.fork(), suffix + ALPHABET[index])
                 state.rollback(1)
         if not following:
-            return None
+            return None, False
         level = list(following.values())
-    return None
+    return None, True
 
 
 def _allowed(matcher: Any, bitmask: Any) -> list[int]:
@@ -72,10 +78,8 @@ def _compiled(grammar: str) -> Any:
 
 
 class CustomCallParser(Protocol):
-    """A parser that holds a custom call's input until the call ends (harmony's), and can end it early."""
-
-    @property
-    def custom_call_tool(self) -> str | None: ...
+    """A parser that holds a custom call's input until the call ends (harmony's, the chat path's JSON calls), and
+    can end it early."""
 
     def open_custom_call(self) -> tuple[str, str] | None:
         """The open custom call's tool name and input so far."""
@@ -94,22 +98,33 @@ class GrammarClosing:
     grammars: Mapping[str, str]  # custom tools' names -> their input's grammar (xgrammar EBNF)
     budget: int  # the tokens this pass may generate
     parser: CustomCallParser
-    _call: tuple[str, int] | None = None  # the call last asked about: its tool and where its input was
-    _needs: int | None = None  # the bytes its completion took when last asked
-    _hopeless: bool = False  # no completion within what was left: the budget cuts the call, as without a grammar
+    _call: tuple[str, int] | None = None  # the call last asked about: its tool and its input's length then
+    _needs: int | None = None  # the bytes its completion took then (at least, when `_beyond`)
+    _beyond: bool = False  # then no completion fitted what was left
+    _hopeless: bool = False  # the search gave up (too many states): the budget cuts the call, as without a grammar
     _step: int = 1  # the most tokens one engine step gave: the completion is written while it still fits
     _seen: int | None = None  # the output tokens when last asked
 
     def due(self, output_tokens: int) -> bool:
         """Whether to ask for the open call's completion now: on entering the last CLOSING_WINDOW tokens, then when
-        what is left comes within a step of what the completion needed (cheap: the run asks after every step)."""
+        what is left comes within a step of what the completion may need (cheap: the run asks after every step).
+
+        What the model writes after an ask shortens the completion by at most its length (the written text and
+        the new completion complete the old input), so the completion then needed is at least the old less that."""
         if self._seen is not None:
             self._step = max(self._step, output_tokens - self._seen)
         self._seen = output_tokens
         left = self.budget - output_tokens
-        if left > CLOSING_WINDOW or self.parser.custom_call_tool not in self.grammars:
+        if left > CLOSING_WINDOW or self._hopeless:
+            return False
+        call = self.parser.open_custom_call()
+        if call is None or call[0] not in self.grammars:
             return False  # (a custom tool with no grammar is never closed: not worth asking the search)
-        return not self._hopeless and (self._needs is None or left - self._needs <= self._step)
+        if self._needs is None or self._call is None or self._call[0] != call[0] or len(call[1]) < self._call[1]:
+            return True  # another call than the one last asked about
+        if self._beyond:  # none fitted then: ask again once what was written since may have made one fit
+            return self._needs - (len(call[1]) - self._call[1]) <= left
+        return left - self._needs <= self._step
 
     def ending(self, output_tokens: int) -> list[Any] | None:
         """The deltas that end the open call with its shortest completion, when it must be written now (it fits
@@ -119,15 +134,13 @@ class GrammarClosing:
         if call is None or call[0] not in self.grammars:
             return None
         name, text = call
-        if self._call is None or self._call[0] != name or len(text) < self._call[1]:  # another call than before
-            self._needs, self._hopeless = None, False
         self._call = (name, len(text))
         left = self.budget - output_tokens
-        completion = shortest_completion(self.grammars[name], text, most=left)
+        completion, longer = _search(self.grammars[name], text, most=left)
         if completion is None:
-            self._hopeless = True
+            self._needs, self._beyond, self._hopeless = left + 1, True, not longer
             return None
-        self._needs = len(completion.encode())
+        self._needs, self._beyond = len(completion.encode()), False
         if left - self._needs > self._step:
             return None  # room for the model's own words yet
         return self.parser.end_custom_call(completion)
