@@ -7,7 +7,7 @@ from typing import Any
 
 from server.attachments.media import MAX_REQUEST_PIXELS
 from server.attachments.work_pool import WorkLimits
-from server.tenancy.keys import ApiKey
+from server.tenancy.projects_file import ProjectsFile
 from server.tools.mcp_servers import McpSettings
 from server.webhooks.sender import WebhookSettings
 
@@ -18,7 +18,7 @@ class ServerConfig:
 
     served_model_name: str
     api_keys: tuple[str, ...] = ()  # keys of the default project (--api-key); none, nor any other: no key needed
-    project_keys: tuple[ApiKey, ...] = ()  # the projects file's keys, by hash (server/tenancy)
+    projects: ProjectsFile = ProjectsFile()  # the projects file: keys by hash, limits (server/tenancy)
     metrics_need_key: bool = False  # /metrics is open to scrapers unless this is set
     keepalive_seconds: float = 15.0
     reasoning_parser: str | None = None

@@ -19,7 +19,7 @@ from server.http.auth import api_keys
 from server.paths.chat_template import check_tool_call_parser
 from server.replicas.registry import ReplicaRegistry
 from server.store.factory import open_store
-from server.tenancy.projects_file import read_projects_file
+from server.tenancy.projects_file import ProjectsFile, read_projects_file
 from server.store.interface import RetentionPolicy
 from server.tools.mcp_servers import McpSettings
 from server.webhooks.sender import WebhookSettings
@@ -152,7 +152,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
     config = ServerConfig(
         served_model_name=served_name(args),
         api_keys=keys,
-        project_keys=tuple(read_projects_file(args.projects_file)) if args.projects_file else (),
+        projects=read_projects_file(args.projects_file) if args.projects_file else ProjectsFile(),
         metrics_need_key=args.metrics_need_key,
         keepalive_seconds=args.keepalive_interval,
         reasoning_parser=args.reasoning_parser or None,

@@ -25,6 +25,8 @@ from server.runs.pending_saves import PendingSaves
 from server.history.sealing import Sealer
 from server.store.interface import ResponseStore
 from server.tenancy.authenticator import Authenticator, declared_keys
+from server.tenancy.limiter import Limiter
+from server.tenancy.usage import MemoryLedger
 from server.tenancy.project_store import ProjectStore
 from server.webhooks.sender import WebhookSender
 from streaming.builder import ResponseBuilder
@@ -58,14 +60,21 @@ class ServingContext:
     # stream of the process (the tokenizer releases the GIL), and a tokenizer is not shared between threads at once.
     renderer: ThreadPoolExecutor = field(init=False)
     authenticator: Authenticator = field(init=False)  # who a request comes from (server/tenancy)
+    limiter: Limiter = field(init=False)  # each project's limits, and every response's usage (server/tenancy)
 
     def __post_init__(self) -> None:
         self.admission.limit = self.config.max_concurrent_requests
         self.work_pool = WorkPool(self.config.input_work)
         self.file_texts = FileTexts(self.work_pool)
         self.renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
-        self.authenticator = Authenticator(declared_keys(self.config.api_keys, self.config.project_keys),
+        self.authenticator = Authenticator(declared_keys(self.config.api_keys, self.config.projects.keys),
                                            table=self.store, clock=self.clock)
+        projects = self.config.projects
+        self.limiter = Limiter(self.store if self.store is not None else MemoryLedger(), projects.project_limits,
+                               projects.key_limits, replicas=self._live_replicas, clock=self.clock)
+
+    def _live_replicas(self) -> int:
+        return len(self.replicas.live()) if self.replicas is not None else 1
 
     def project_store(self, project: str) -> ProjectStore | None:
         """The store as `project` sees it: its own responses and conversations only (None: no store)."""

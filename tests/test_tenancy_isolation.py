@@ -15,6 +15,7 @@ import pytest
 from server.config import ServerConfig
 from server.http.app import create_app
 from server.serving import ServingContext
+from server.tenancy.projects_file import ProjectsFile
 from server.tenancy.keys import ApiKey
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
@@ -41,7 +42,7 @@ def replicas(store_url: str, tokenizer: Any) -> Iterator[tuple[list[str], Script
         urls, engine = [], None
         for _ in range(2):
             engine = ScriptedEngine(tokenizer=tokenizer, scripts=[answer, answer, answer, long], step_delay=0.05)
-            context = ServingContext(config=ServerConfig(served_model_name=MODEL, project_keys=declared()),
+            context = ServingContext(config=ServerConfig(served_model_name=MODEL, projects=ProjectsFile(declared())),
                                      engine_factory=lambda engine=engine: engine, store=open_url(store_url))
             urls.append(stack.enter_context(serve_in_thread(create_app(context))))
         assert engine is not None

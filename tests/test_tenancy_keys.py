@@ -122,11 +122,11 @@ def test_a_projects_file_declares_keys_by_hash(tokenizer: Any, tmp_path: Path) -
     key = "team-alpha-secret-key-0123456789"
     projects = tmp_path / "projects.toml"
     projects.write_text(f'[[keys]]\nname = "ci"\nproject = "alpha"\nsha256 = "{hashlib.sha256(key.encode()).hexdigest()}"\n')
-    declared = tuple(read_projects_file(projects))
-    assert [(k.name, k.project) for k in declared] == [("ci", "alpha")]
+    declared = read_projects_file(projects)
+    assert [(k.name, k.project) for k in declared.keys] == [("ci", "alpha")]
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     context = ServingContext(config=ServerConfig(served_model_name=MODEL, api_keys=("legacy-key",),
-                                                 project_keys=declared),
+                                                 projects=declared),
                              engine_factory=lambda: engine, ids=counting_ids())
     with serve_in_thread(create_app(context)) as base_url:
         assert get_models(base_url, key) == 200
@@ -138,9 +138,13 @@ def test_a_projects_file_declares_keys_by_hash(tokenizer: Any, tmp_path: Path) -
 @pytest.mark.parametrize(("text", "complaint"), [
     ('[[keys]]\nname = "ci"\nsha256 = "team-alpha-secret-key"\n', "never the key itself"),
     ('[[keys]]\nname = "c i"\nsha256 = "' + "a" * 64 + '"\n', "letters, digits"),
-    ("keys = 3\n", "array of tables"),
+    ("keys = 3\n", "arrays of tables"),
     ("[[keys]\n", "--projects-file"),
-], ids=["a plain key", "a bad name", "not a list", "not TOML"])
+    ('[[projects]]\nname = "alpha"\nrequests_per_minute = 0\n', "projects\\[0\\]: `requests_per_minute` is a whole number"),
+    ('[[projects]]\nrequests_per_minute = 5\n', "projects\\[0\\]: a table with a `name`"),
+    ('[[keys]]\nsha256 = "' + "a" * 64 + '"\ntokens_per_day = "many"\n', "keys\\[0\\]: `tokens_per_day`"),
+], ids=["a plain key", "a bad name", "not a list", "not TOML", "a zero limit", "a project with no name",
+        "a limit not a number"])
 def test_a_bad_projects_file_is_refused_naming_what_is_wrong(tmp_path: Path, text: str, complaint: str) -> None:
     projects = tmp_path / "projects.toml"
     projects.write_text(text)

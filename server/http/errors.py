@@ -15,6 +15,7 @@ from server.errors import DependencyFailed, GenerationFailed, NotFound, RequestE
 from server.metrics import CLIENT_ERRORS
 from server.runs.admission import Draining, Overloaded
 from server.store.interface import StoreRejected, StoreUnavailable
+from server.tenancy.limits import RateLimited
 
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ def from_request_error(exc: RequestError) -> APIError:
 
 # What `api_error_of` answers for what it is; anything else is a 500, logged with its traceback.
 _KNOWN = (APIError, RequestValidationError, StarletteHTTPException, RequestError, Overloaded, Draining,
-          GenerationFailed, StoreRejected, StoreUnavailable)
+          GenerationFailed, StoreRejected, StoreUnavailable, RateLimited)
 
 
 def unexpected(exc: Exception) -> bool:
@@ -93,6 +94,8 @@ def api_error_of(exc: Exception) -> APIError:
     if isinstance(exc, Overloaded):
         return APIError(str(exc), status=429, type="requests", code="rate_limit_exceeded",
                         headers={"Retry-After": str(exc.retry_after)})
+    if isinstance(exc, RateLimited):
+        return rate_limited(exc)
     if isinstance(exc, Draining):
         return APIError(str(exc), status=503, type="server_error", code="server_shutting_down",
                         headers={"Retry-After": str(exc.retry_after)})
@@ -106,6 +109,15 @@ def api_error_of(exc: Exception) -> APIError:
                         code="store_unavailable", headers={"Retry-After": "5"})
     return APIError("The server had an error while processing your request; it logged why.", status=500,
                     type="server_error")
+
+
+def rate_limited(exc: RateLimited) -> APIError:
+    """A 429 as OpenAI sends it: past a limit per minute, `rate_limit_exceeded` (the SDK and Codex wait and retry,
+    Retry-After tells how long); past the day's budget, `insufficient_quota` (retrying does not help)."""
+    headers = {**exc.headers, "Retry-After": str(exc.retry_after), "retry-after-ms": str(exc.retry_after * 1000)}
+    if exc.kind == "quota":
+        return APIError(str(exc), status=429, type="insufficient_quota", code="insufficient_quota", headers=headers)
+    return APIError(str(exc), status=429, type=exc.kind, code="rate_limit_exceeded", headers=headers)
 
 
 async def error_handler(request: Request, exc: Exception) -> JSONResponse:

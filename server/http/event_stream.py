@@ -81,7 +81,8 @@ class EventStream(EventSourceResponse):
         self._watchdog = loop.call_later(self.send_timeout / 4, self._cancel_stalled_sends)
 
 
-def event_stream(frames: AsyncIterable[Any], config: ServerConfig) -> EventStream:
+def event_stream(frames: AsyncIterable[Any], config: ServerConfig,
+                 headers: dict[str, str] | None = None) -> EventStream:
     return EventStream(frames, ping=config.keepalive_seconds, ping_message_factory=keepalive_comment, sep=SEPARATOR,
                        send_timeout=config.send_timeout_seconds,
-                       headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                       headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})})

@@ -47,14 +47,14 @@ async def create_response(request: Request) -> Response:
     forwarded = await request.app.state.forwarder.forwarded(request, body)
     if forwarded is not None:
         return forwarded
-    stored = await prepare_stored_run(context, body, caller(request).project)
+    stored = await prepare_stored_run(context, body, caller(request))
     if body.background:  # saved at once as in progress, then generated detached from this request
         live = await context.background.start(stored)
         if body.stream:  # the stream only follows it
-            return event_stream(stored_frames(live.follow(-1)), context.config)
+            return event_stream(stored_frames(live.follow(-1)), context.config, stored.rate_headers)
         return _json(stored)
     if body.stream:
-        return event_stream(_sse_frames(stored), context.config)
+        return event_stream(_sse_frames(stored), context.config, stored.rate_headers)
     if not await _run_while_connected(stored, request.receive):
         return client_gone()
     return _json(stored)
@@ -74,10 +74,10 @@ async def compact(request: Request) -> Any:
     forwarded = await request.app.state.forwarder.forwarded(request, body)
     if forwarded is not None:
         return forwarded
-    compaction = await prepare_compaction(serving_context(request), body, caller(request).project)
+    compaction = await prepare_compaction(serving_context(request), body, caller(request))
     if not await _run_while_connected(compaction.stored, request.receive):
         return client_gone()
-    return compaction.result()
+    return JSONResponse(compaction.result(), headers=compaction.stored.rate_headers)
 
 
 async def _read_body(request: Request) -> ResponsesRequest:
@@ -89,7 +89,7 @@ async def _read_body(request: Request) -> ResponsesRequest:
 
 
 def _json(stored: StoredRun) -> JSONResponse:
-    return JSONResponse(json.loads(stored.response().to_json(indent=None)))
+    return JSONResponse(json.loads(stored.response().to_json(indent=None)), headers=stored.rate_headers)
 
 
 async def _sse_frames(stored: StoredRun) -> AsyncIterator[Any]:

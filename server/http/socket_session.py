@@ -21,6 +21,7 @@ from server.runs.connection_responses import ConnectionResponses
 from server.runs.prepare import prepare_stored_run
 from server.runs.stored_run import StoredRun
 from server.serving import ServingContext
+from server.tenancy.keys import Caller
 
 logger = logging.getLogger(__name__)
 MAX_WAITING_PER_LANE = 8  # response.create events queued behind a lane's running one; past it, an error
@@ -72,7 +73,7 @@ class SocketSession:
 
     context: ServingContext
     send: Send
-    project: str  # whose key opened the connection: its responses and their history are that project's
+    caller: Caller  # whose key opened the connection: its responses and their history are its project's
     responses: ConnectionResponses = field(default_factory=ConnectionResponses)  # made on it, by id (some kept)
     lanes: dict[str | None, Lane] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -159,7 +160,7 @@ class SocketSession:
         lane.continues = previous if isinstance(previous, str) else None  # kept while it is read and run
         try:
             body, generate = create_request(event)
-            stored = await prepare_stored_run(self.context, body, self.project, self.responses, generate)
+            stored = await prepare_stored_run(self.context, body, self.caller, self.responses, generate)
         except Exception as exc:  # answered as HTTP would (a 4xx names the field); the socket stays open
             lane.continues = None
             if steers:

@@ -80,7 +80,7 @@ class _Writer:
 async def _serve(websocket: WebSocket, context: ServingContext, closing: asyncio.Event) -> None:
     """Read client events until the client goes, the server shuts down or the connection's time is up."""
     writer = _Writer(websocket, context.config.send_timeout_seconds)
-    session = SocketSession(context, writer.send, caller(websocket).project)
+    session = SocketSession(context, writer.send, caller(websocket))
     deadline = asyncio.get_running_loop().time() + context.config.websocket_max_seconds
     try:
         while (message := await _next_message(websocket, (closing, writer.stalled), deadline)) is not None:

@@ -17,6 +17,7 @@ from server.constraints.closing import GrammarClosing
 from server.engine.interface import Engine, EngineRequest, EngineStep, StepLogprob
 from server.errors import GenerationFailed, RequestError
 from server.runs.admission import Slot
+from server.tenancy.limiter import Ticket
 from streaming.builder import ResponseBuilder
 from streaming.items import ListedTools, ToolResult
 from streaming.outcome import Finished, Usage
@@ -101,6 +102,7 @@ class ResponseRun:
     token_text: Callable[[int], str] | None = None  # set when logprobs were asked for
     max_tool_calls: int | None = None  # generation stops (completed) after the call that reaches this
     slot: Slot | None = None  # this run's place under --max-concurrent-requests, released when it ends
+    ticket: Ticket | None = None  # its place under its project's limits; its usage is counted when it ends
     generate: bool = True  # False: the response is prepared (rendered, validated) and completes with no output
     # (but the step before it: a compaction asked for is the response's only output)
     before: Callable[[], Awaitable[Continuation]] | None = None  # a step before generation, which it continues from
@@ -161,6 +163,8 @@ class ResponseRun:
         """Give back this run's place under the concurrency limit (when it will never run; a run's end does it)."""
         if self.slot is not None:
             self.slot.release()
+        if self.ticket is not None:  # what the response reports (nothing, for a run that never started)
+            self.ticket.finish(self._used() if self._task is not None else None)
 
     def stop(self, reason: str) -> None:
         """End the run with a response.failed saying `reason`, its engine request aborted: at once if it is

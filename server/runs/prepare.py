@@ -30,20 +30,22 @@ from server.runs.stored_run import ConversationLink, StoredRun
 from server.history.sealed_items import open_sealed_items, reasoning_sealer
 from server.serving import ServingContext
 from server.store.interface import StoredResponse
+from server.tenancy.keys import Caller
 from server.history.truncation import check_expanded_fits, render_to_fit
 from streaming.builder import ResponseBuilder
 from streaming.items import ListedTools, ToolResult
 from streaming.outcome import Usage
 
 
-async def prepare_stored_run(context: ServingContext, body: ResponsesRequest, project: str,
+async def prepare_stored_run(context: ServingContext, body: ResponsesRequest, caller: Caller,
                              earlier: MutableMapping[str, StoredResponse] | None = None,
                              generate: bool = True) -> StoredRun:
-    """The run for `POST /v1/responses` by `project`, with the conversation behind it (the project's) and where it
-    will be stored; it holds its place under the concurrency limit.
+    """The run for `POST /v1/responses` by `caller`, with the conversation behind it (its project's) and where it
+    will be stored; it holds its place under the concurrency limit and its project's limits.
 
     `earlier`: the responses of a WebSocket connection, where `previous_response_id` is looked up first and this
     one is kept when it ends. `generate` False: it completes with no output, as a warm-up."""
+    project = caller.project
     project_store = context.project_store(project)
     store = project_store if body.store else None
     if body.background and store is None:
@@ -69,14 +71,24 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest, pr
     link = ConversationLink(project_store, body.conversation) if body.conversation and project_store else None
     keep_items = store is not None or link is not None or earlier is not None
     input_items = stored_input_items(body, context.ids) if keep_items else []
-    # last: a request refused for any other reason takes no place (nor waits for one)
-    run.slot = await context.admission.admit_within(context.config.admission_wait_seconds)
+    await _admit(context, run, caller)  # last: a request refused for any other reason takes no place
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
     mode = "background" if body.background else "stream" if body.stream else "json"
     mode = "websocket" if earlier is not None else mode
     return StoredRun(run, store, input_items, body.previous_response_id, keep_event_log=keep_log,
                      background=body.background, conversation=link, mode=mode, retry_later=context.pending_saves.add,
                      kept_in=earlier, replica=context.replicas.replica_id if context.replicas else None)
+
+
+async def _admit(context: ServingContext, run: ResponseRun, caller: Caller) -> None:
+    """The run's place under the server's concurrency limit (waiting a bounded time for one), then under its
+    project's and key's limits (RateLimited: the place is given back)."""
+    run.slot = await context.admission.admit_within(context.config.admission_wait_seconds)
+    try:
+        run.ticket = await context.limiter.admit(caller, context.config.served_model_name)
+    except BaseException:
+        run.release()
+        raise
 
 
 async def _first_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
@@ -133,18 +145,18 @@ class CompactionRun:
         return compacted_response(summary, conversation, context.sealer, context.ids, engine.max_model_len)
 
 
-async def prepare_compaction(context: ServingContext, body: ResponsesRequest, project: str) -> CompactionRun:
-    """The summarizing run for `POST /v1/responses/compact` by `project`, holding its place under the concurrency
-    limit."""
+async def prepare_compaction(context: ServingContext, body: ResponsesRequest, caller: Caller) -> CompactionRun:
+    """The summarizing run for `POST /v1/responses/compact` by `caller`, holding its place under the concurrency
+    limit and its project's limits."""
     if body.model is None:
         raise RequestError("model is required.", param="model")
-    conversation = await conversation_of(context, body, project)
+    conversation = await conversation_of(context, body, caller.project)
     if not conversation.input_items():
         raise RequestError("There is nothing to compact: give input or previous_response_id.", param="input")
     summarizing = summary_request(conversation)
     run = await prepare_run(context, summarizing, summarizing,
                             await images_fetched(context, summarizing, summarizing))
-    run.slot = await context.admission.admit_within(context.config.admission_wait_seconds)
+    await _admit(context, run, caller)
     return CompactionRun(StoredRun(run, None, keep_event_log=False), conversation, context)
 
 

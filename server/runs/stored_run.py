@@ -67,6 +67,11 @@ class StoredRun:
     _taken_over: Response | None = None  # the stored ending, when another replica failed this response
 
     @property
+    def rate_headers(self) -> dict[str, str]:
+        """The x-ratelimit-* headers of its project's limits per minute (none when it has none)."""
+        return self.run.ticket.headers if self.run.ticket is not None else {}
+
+    @property
     def project(self) -> str | None:
         """Whose response this is (None: it is not stored)."""
         return self.store.project if self.store is not None else None

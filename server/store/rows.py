@@ -7,6 +7,7 @@ from typing import Any
 
 from server.store.interface import RUNNING, Order, RetentionPolicy
 from server.tenancy.keys import ApiKey
+from server.tenancy.usage import UsageRecord
 
 _NO_LIMIT = 1 << 62
 
@@ -97,3 +98,39 @@ def retention_query(policy: RetentionPolicy, batch: int, now: float, mark: str) 
                      f"LIMIT {mark} OFFSET {mark}) AS too_many")
         parameters += [batch, policy.max_count]
     return (" UNION ".join(parts), tuple(parameters)) if parts else None
+
+
+USAGE_COUNTS = ("requests", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")
+
+
+def add_usage(mark: str) -> str:
+    """The upsert that adds a UsageRecord's counts to its minute's row."""
+    columns = ("project", "api_key_id", "model", "minute", *USAGE_COUNTS)
+    added = ", ".join(f"{name} = usage_minutes.{name} + excluded.{name}" for name in USAGE_COUNTS)
+    return (f"INSERT INTO usage_minutes ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))}) "
+            f"ON CONFLICT (project, api_key_id, model, minute) DO UPDATE SET {added}")
+
+
+def usage_row(record: UsageRecord) -> tuple[Any, ...]:
+    return (record.project, record.api_key_id, record.model, record.minute,
+            *(getattr(record, name) for name in USAGE_COUNTS))
+
+
+def spent_query(mark: str, by_key: bool) -> str:
+    """A project's (or one of its keys') requests and tokens in a minute, and its tokens since a minute; parameters
+    (minute, minute, project, since[, key])."""
+    tokens = "input_tokens + output_tokens"
+    return (f"SELECT COALESCE(SUM(CASE WHEN minute = {mark} THEN requests ELSE 0 END), 0), "
+            f"COALESCE(SUM(CASE WHEN minute = {mark} THEN {tokens} ELSE 0 END), 0), COALESCE(SUM({tokens}), 0) "
+            f"FROM usage_minutes WHERE project = {mark} AND minute >= {mark}"
+            + (f" AND api_key_id = {mark}" if by_key else ""))
+
+
+def usage_between_query(mark: str) -> str:
+    return (f"SELECT project, api_key_id, model, minute, {', '.join(USAGE_COUNTS)} FROM usage_minutes "
+            f"WHERE minute >= {mark} AND minute < {mark}")
+
+
+def usage_record(row: Any) -> UsageRecord:
+    project, key_id, model, minute, *counts = row
+    return UsageRecord(project, key_id, model, int(minute), *(int(count) for count in counts))

@@ -17,7 +17,10 @@ from server.store.migrations import migrations
 from server.store.rows import api_key as _api_key
 from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,
                                page_query, retention_query)
+from server.store.rows import add_usage, spent_query, usage_between_query, usage_record, usage_row
 from server.tenancy.keys import ApiKey
+from server.tenancy.limits import Spent
+from server.tenancy.usage import UsageRecord
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -285,6 +288,18 @@ class SqliteStore:
 
     async def has_keys(self) -> bool:
         return bool(await self._run(lambda db: db.execute("SELECT 1 FROM api_keys LIMIT 1").fetchall()))
+
+    async def add_usage(self, record: UsageRecord) -> None:
+        await self._run(lambda db: db.execute(add_usage("?"), usage_row(record)))
+
+    async def spent(self, project: str, api_key_id: str | None, minute: int, day_start: int) -> Spent:
+        parameters = (minute, minute, project, day_start) + ((api_key_id,) if api_key_id is not None else ())
+        row = await self._run(lambda db: db.execute(spent_query("?", api_key_id is not None), parameters).fetchone())
+        return Spent(*(int(value) for value in row))
+
+    async def usage_between(self, start_minute: int, end_minute: int) -> list[UsageRecord]:
+        rows = await self._run(lambda db: db.execute(usage_between_query("?"), (start_minute, end_minute)).fetchall())
+        return [usage_record(row) for row in rows]
 
     async def leave(self, replica_id: str) -> None:
         await self._run(lambda db: db.execute("DELETE FROM replicas WHERE id = ?", (replica_id,)))

@@ -1,9 +1,18 @@
-"""`--projects-file`: the projects and their keys an operator declares in TOML, keys given by their SHA-256 only.
+"""`--projects-file`: the projects and their keys an operator declares in TOML, keys given by their SHA-256 only,
+and the limits of each project (and of a key, on top of its project's).
+
+    [[projects]]
+    name = "alpha"
+    requests_per_minute = 600
+    tokens_per_minute = 200000
+    concurrent_requests = 16
+    tokens_per_day = 20000000
 
     [[keys]]
     name = "alice-codex"
     project = "alpha"
     sha256 = "<hex SHA-256 of the key: printf %s KEY | sha256sum>"
+    requests_per_minute = 60         # optional: this key's own limits
 
     [[keys]]
     name = "ops"
@@ -16,24 +25,49 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 from server.tenancy.keys import DEFAULT_PROJECT, ApiKey
+from server.tenancy.limits import Limits
 
 _HASH = re.compile(r"[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
-def read_projects_file(path: Path) -> list[ApiKey]:
-    """The keys the file declares; ValueError naming the entry that is wrong."""
+@dataclass(frozen=True)
+class ProjectsFile:
+    """What a projects file declares: keys, and limits by project name and by key id."""
+
+    keys: tuple[ApiKey, ...] = ()
+    project_limits: dict[str, Limits] = field(default_factory=dict)
+    key_limits: dict[str, Limits] = field(default_factory=dict)
+
+
+def read_projects_file(path: Path) -> ProjectsFile:
+    """The keys and limits the file declares; ValueError naming the entry that is wrong."""
     try:
         document = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"--projects-file {path}: {exc}") from exc
-    entries = document.get("keys", [])
-    if not isinstance(entries, list):
-        raise ValueError(f"--projects-file {path}: `keys` is an array of tables ([[keys]])")
-    return [_key(entry, index, path) for index, entry in enumerate(entries)]
+    entries, projects = document.get("keys", []), document.get("projects", [])
+    if not isinstance(entries, list) or not isinstance(projects, list):
+        raise ValueError(f"--projects-file {path}: `keys` and `projects` are arrays of tables ([[keys]], [[projects]])")
+    keys = [_key(entry, index, path) for index, entry in enumerate(entries)]
+    key_limits = {key.id: Limits.from_table(entry, f"--projects-file {path}: keys[{index}]")
+                  for index, (key, entry) in enumerate(zip(keys, entries))}
+    return ProjectsFile(tuple(keys), _project_limits(projects, path),
+                        {key_id: limits for key_id, limits in key_limits.items() if limits})
+
+
+def _project_limits(projects: list[Any], path: Path) -> dict[str, Limits]:
+    limits: dict[str, Limits] = {}
+    for index, entry in enumerate(projects):
+        where = f"--projects-file {path}: projects[{index}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not _NAME.fullmatch(entry["name"]):
+            raise ValueError(f"{where}: a table with a `name` of 1-64 letters, digits, '_', '.' or '-'")
+        limits[entry["name"]] = Limits.from_table(entry, where)
+    return limits
 
 
 def _key(entry: Any, index: int, path: Path) -> ApiKey:

@@ -1,0 +1,261 @@
+"""Limits per project and key: requests and tokens per minute, requests at once, tokens per day; the headers that
+count down; the refusal a client retries; usage counted once per response."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from server.tenancy.keys import Caller
+from server.tenancy.limiter import Limiter
+from server.tenancy.limits import Limits, RateLimited
+from server.tenancy.usage import MemoryLedger
+from streaming.outcome import Usage
+
+ALPHA, BETA = Caller("alpha", "key_a"), Caller("beta", "key_b")
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0) -> None:  # 10 s into a minute... of a day
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def limiter(clock: Clock, **projects: Limits) -> Limiter:
+    return Limiter(MemoryLedger(), projects=projects, clock=clock)
+
+
+def test_requests_per_minute_count_down_then_refuse_until_the_minute_turns() -> None:
+    clock = Clock()
+    gate = limiter(clock, alpha=Limits(requests_per_minute=3))
+
+    async def scenario() -> tuple[list[str], RateLimited, str]:
+        remaining = []
+        for _ in range(3):
+            ticket = await gate.admit(ALPHA, "m")
+            remaining.append(ticket.headers["x-ratelimit-remaining-requests"])
+            ticket.finish(Usage(input_tokens=5, output_tokens=5))
+        with pytest.raises(RateLimited) as refused:
+            await gate.admit(ALPHA, "m")
+        await gate.admit(BETA, "m")  # another project is not limited by alpha's
+        clock.now += 60 - clock.now % 60  # the next minute
+        after = await gate.admit(ALPHA, "m")
+        return remaining, refused.value, after.headers["x-ratelimit-remaining-requests"]
+
+    remaining, refused, after = run(scenario())
+    assert remaining == ["2", "1", "0"]
+    assert refused.kind == "requests" and refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert 1 <= refused.retry_after <= 60 and f"try again in {refused.retry_after}s" in str(refused)
+    assert after == "2"
+
+
+def test_tokens_per_minute_count_what_responses_used() -> None:
+    clock = Clock()
+    gate = limiter(clock, alpha=Limits(tokens_per_minute=100))
+
+    async def scenario() -> RateLimited:
+        first = await gate.admit(ALPHA, "m")
+        first.finish(Usage(input_tokens=70, output_tokens=40))
+        await gate.close()
+        with pytest.raises(RateLimited) as refused:
+            await gate.admit(ALPHA, "m")
+        return refused.value
+
+    refused = run(scenario())
+    assert refused.kind == "tokens" and refused.headers["x-ratelimit-remaining-tokens"] == "0"
+
+
+def test_requests_at_once_are_given_back_when_responses_end_and_shared_among_replicas() -> None:
+    clock = Clock()
+    gate = limiter(clock, alpha=Limits(concurrent_requests=4))
+
+    async def scenario() -> tuple[int, int]:
+        held = [await gate.admit(ALPHA, "m") for _ in range(4)]
+        with pytest.raises(RateLimited):
+            await gate.admit(ALPHA, "m")
+        held.pop().finish(None)
+        held.append(await gate.admit(ALPHA, "m"))
+        for ticket in held:
+            ticket.finish(None)
+            ticket.finish(None)  # once only
+        gate.replicas = lambda: 3  # this replica's share: 2 of 4
+        shared = []
+        while True:
+            try:
+                shared.append(await gate.admit(ALPHA, "m"))
+            except RateLimited:
+                return len(held), len(shared)
+
+    assert run(scenario()) == (4, 2)
+
+
+def test_a_daily_budget_is_a_quota_refusal_until_midnight() -> None:
+    clock = Clock()
+    gate = limiter(clock, alpha=Limits(tokens_per_day=1000))
+
+    async def scenario() -> RateLimited:
+        for _ in range(5):
+            (await gate.admit(ALPHA, "m")).finish(Usage(input_tokens=100, output_tokens=100))
+            clock.now += 120  # spread over minutes: the day counts them all
+        await gate.close()
+        with pytest.raises(RateLimited) as refused:
+            await gate.admit(ALPHA, "m")
+        return refused.value
+
+    refused = run(scenario())
+    assert refused.kind == "quota" and "midnight UTC" in str(refused)
+
+
+def test_a_keys_own_limit_holds_beside_its_projects() -> None:
+    clock = Clock()
+    gate = Limiter(MemoryLedger(), projects={"alpha": Limits(requests_per_minute=10)},
+                   keys={"key_a": Limits(requests_per_minute=2)}, clock=clock)
+    other_key = Caller("alpha", "key_other")
+
+    async def scenario() -> tuple[str, RateLimited, int]:
+        first = await gate.admit(ALPHA, "m")
+        await gate.admit(ALPHA, "m")
+        with pytest.raises(RateLimited) as refused:
+            await gate.admit(ALPHA, "m")
+        others = [await gate.admit(other_key, "m") for _ in range(3)]  # the project's other keys still may
+        return first.headers["x-ratelimit-remaining-requests"], refused.value, len(others)
+
+    told, refused, others = run(scenario())
+    assert told == "1"  # the tighter of the two remaining counts is told
+    assert "key key_a" in str(refused) and others == 3
+
+
+def test_usage_is_counted_once_per_response_by_project_key_and_model() -> None:
+    clock = Clock()
+    ledger = MemoryLedger()
+    gate = Limiter(ledger, projects={"alpha": Limits(requests_per_minute=100)}, clock=clock)
+
+    async def scenario() -> list[Any]:
+        for caller, model, used in ((ALPHA, "m1", 10), (ALPHA, "m1", 20), (ALPHA, "m2", 5), (BETA, "m1", 7)):
+            (await gate.admit(caller, model)).finish(Usage(input_tokens=used, cached_tokens=1, output_tokens=used,
+                                                           reasoning_tokens=2))
+        await gate.close()
+        return await ledger.usage_between(0, 10**9)
+
+    rows = {(row.project, row.api_key_id, row.model): row for row in run(scenario())}
+    assert {key: (row.requests, row.input_tokens, row.output_tokens, row.cached_tokens, row.reasoning_tokens)
+            for key, row in rows.items()} == {("alpha", "key_a", "m1"): (2, 30, 30, 2, 4),
+                                              ("alpha", "key_a", "m2"): (1, 5, 5, 1, 2),
+                                              ("beta", "key_b", "m1"): (1, 7, 7, 1, 2)}
+
+
+def two_replicas(shared: Any, close: bool) -> tuple[int, Any, list[Any]]:
+    """Two limiters on one ledger take turns admitting 8 requests of a project allowed 5 a minute."""
+    clock = Clock()
+    limits = {"alpha": Limits(requests_per_minute=5, tokens_per_day=10_000)}
+
+    async def scenario() -> tuple[int, Any, list[Any]]:
+        one, two = Limiter(shared, projects=limits, clock=clock), Limiter(shared, projects=limits, clock=clock)
+        admitted = 0
+        for gate in (one, two) * 4:
+            try:
+                (await gate.admit(ALPHA, "m")).finish(Usage(input_tokens=3, output_tokens=4))
+                admitted += 1
+            except RateLimited:
+                pass
+        await one.close()
+        await two.close()
+        spent = await shared.spent("alpha", None, int(clock.now // 60), 0)
+        rows = await shared.usage_between(0, 10**9)
+        if close:
+            await shared.close()
+        return admitted, spent, rows
+
+    return run(scenario())
+
+
+def test_two_replicas_counting_into_one_store_hold_one_limit(store_url: str) -> None:
+    """Requests per minute and tokens per day are counted where every replica counts: two limiters on one store
+    (SQLite and PostgreSQL) admit the project's limit between them, not each."""
+    from tests.test_store import open_url
+
+    admitted, spent, rows = two_replicas(open_url(store_url), close=True)
+    assert admitted == 5
+    assert (spent.requests, spent.tokens, spent.day_tokens) == (5, 35, 35)
+    assert [(row.requests, row.input_tokens, row.output_tokens) for row in rows] == [(5, 15, 20)]
+
+
+def test_the_memory_ledger_counts_as_the_stores_do() -> None:
+    admitted, spent, rows = two_replicas(MemoryLedger(), close=False)
+    assert admitted == 5
+    assert (spent.requests, spent.tokens, spent.day_tokens) == (5, 35, 35)
+    assert [(row.requests, row.input_tokens, row.output_tokens) for row in rows] == [(5, 15, 20)]
+
+
+# -- on the wire -----------------------------------------------------------------------------------------------------
+
+KEYS = {"alpha": "alpha-secret-key-0123456789abcdef", "beta": "beta-secret-key-0123456789abcdef"}
+
+
+def limited_server(tokenizer: Any, store: Any, alpha: Limits) -> Any:
+    """An app with projects alpha (its `alpha` limits) and beta (none), each with a key; every answer is one sentence."""
+    import hashlib
+
+    from server.config import ServerConfig
+    from server.http.app import create_app
+    from server.serving import ServingContext
+    from server.tenancy.keys import ApiKey
+    from server.tenancy.projects_file import ProjectsFile
+    from tests.conftest import serve_in_thread
+    from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+    from tests.test_server import MODEL
+
+    keys = tuple(ApiKey(id=f"file_{name}", name=name, project=name, hash=hashlib.sha256(key.encode()).hexdigest())
+                 for name, key in KEYS.items())
+    answer = steps_from_tokens(tokenizer.encode("Paris is the capital.", add_special_tokens=False)
+                               + [tokenizer.eos_token_id], cuts=list(range(1, 8)))
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[answer])
+    config = ServerConfig(served_model_name=MODEL, projects=ProjectsFile(keys, {"alpha": alpha}))
+    context = ServingContext(config=config, engine_factory=lambda: engine, store=store, clock=Clock())  # the clock
+    # stands still: the minute does not turn between requests
+    return serve_in_thread(create_app(context))
+
+
+def post(base_url: str, project: str, **body: Any) -> Any:
+    import httpx
+
+    from tests.test_server import MODEL
+
+    return httpx.post(f"{base_url}/responses", json={"model": MODEL, "input": "Capital of France?", **body},
+                      headers={"Authorization": f"Bearer {KEYS[project]}"}, timeout=30)
+
+
+def test_past_its_limit_a_project_gets_a_429_the_sdk_reads_and_the_other_project_is_served(
+        tokenizer: Any, tmp_path: Any) -> None:
+    import openai
+
+    from server.store.sqlite import SqliteStore
+    from tests.test_server import MODEL
+
+    store = SqliteStore(tmp_path / "responses.db")
+    with limited_server(tokenizer, store, Limits(requests_per_minute=3)) as base_url:
+        answers = [post(base_url, "alpha", stream=stream) for stream in (False, True, False)]
+        assert [answer.status_code for answer in answers] == [200, 200, 200]
+        assert [answer.headers["x-ratelimit-remaining-requests"] for answer in answers] == ["2", "1", "0"]
+        assert all(answer.headers["x-ratelimit-limit-requests"] == "3" for answer in answers)
+        refused = post(base_url, "alpha")
+        beta = [post(base_url, "beta") for _ in range(5)]
+        client = openai.OpenAI(base_url=base_url, api_key=KEYS["alpha"], max_retries=0)
+        with pytest.raises(openai.RateLimitError) as sdk_refused:
+            client.responses.create(model=MODEL, input="Capital of France?")
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded" and refused.json()["error"]["type"] == "requests"
+    assert "try again in" in refused.json()["error"]["message"]
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert [answer.status_code for answer in beta] == [200] * 5
+    assert all("x-ratelimit-limit-requests" not in answer.headers for answer in beta)  # beta has no limits
+    assert sdk_refused.value.code == "rate_limit_exceeded"
