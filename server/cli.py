@@ -65,8 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--api-key-file", type=Path, default=None, metavar="FILE",
                         help="more accepted keys, one per line")
     server.add_argument("--projects-file", type=Path, default=None, metavar="FILE",
-                        help="projects and their keys, by SHA-256 (TOML [[keys]] tables: name, project, sha256, "
-                        "admin); keys made by 'responses-server keys create' are kept in the store")
+                        help="projects, their limits and their keys, by SHA-256 (TOML [[projects]] tables: name, "
+                        "requests_per_minute, tokens_per_minute, concurrent_requests, tokens_per_day; [[keys]] tables: "
+                        "name, project, sha256, admin, and limits of their own); keys made by 'responses-server keys "
+                        "create' are kept in the store")
     server.add_argument("--tool-call-parser", default=None, help="tool-call parser name (vLLM's names)")
     server.add_argument("--keepalive-interval", type=float, default=15.0,
                         help="seconds between SSE keep-alive comments while a stream is idle")

@@ -47,6 +47,12 @@ FORWARDING = Counter("responses_server_forwarding", "Requests by what named thei
                      ["key", "outcome"])
 LIVE_REPLICAS = Gauge("responses_server_live_replicas", "Replicas taking forwarded requests (this one among them when "
                       "it advertises an address), as last read from the shared store", multiprocess_mode="max")
+PROJECT_REQUESTS = Counter("responses_server_project_requests", "Responses that ended, by project (the operator "
+                           "declares projects: the label set is theirs)", ["project"])
+PROJECT_TOKENS = Counter("responses_server_project_tokens", "Tokens of responses that ended, by project and kind "
+                         "(input, cached, output, reasoning)", ["project", "kind"])
+RATE_LIMITED = Counter("responses_server_rate_limited", "Requests refused past a limit, by project and limit "
+                       "(requests, tokens, concurrency, quota)", ["project", "limit"])
 EVENT_LOOP_LAG = Histogram("responses_server_event_loop_lag_seconds", "How late the event loop ran a timer that was "
                            "due (sampled every 0.1 s): what every stream's next event waited", buckets=_LAG_BUCKETS)
 

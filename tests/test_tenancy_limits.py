@@ -200,8 +200,9 @@ def test_the_memory_ledger_counts_as_the_stores_do() -> None:
 KEYS = {"alpha": "alpha-secret-key-0123456789abcdef", "beta": "beta-secret-key-0123456789abcdef"}
 
 
-def limited_server(tokenizer: Any, store: Any, alpha: Limits) -> Any:
-    """An app with projects alpha (its `alpha` limits) and beta (none), each with a key; every answer is one sentence."""
+def limited_server(tokenizer: Any, store: Any, alpha: Limits, admin_key: str | None = None) -> Any:
+    """An app with projects alpha (its `alpha` limits) and beta (none), each with a key (and an admin key, when
+    given); every answer is one sentence."""
     import hashlib
 
     from server.config import ServerConfig
@@ -215,6 +216,9 @@ def limited_server(tokenizer: Any, store: Any, alpha: Limits) -> Any:
 
     keys = tuple(ApiKey(id=f"file_{name}", name=name, project=name, hash=hashlib.sha256(key.encode()).hexdigest())
                  for name, key in KEYS.items())
+    if admin_key is not None:
+        keys += (ApiKey(id="file_admin", name="ops", project="default", admin=True,
+                        hash=hashlib.sha256(admin_key.encode()).hexdigest()),)
     answer = steps_from_tokens(tokenizer.encode("Paris is the capital.", add_special_tokens=False)
                                + [tokenizer.eos_token_id], cuts=list(range(1, 8)))
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[answer])
@@ -239,6 +243,7 @@ def test_past_its_limit_a_project_gets_a_429_the_sdk_reads_and_the_other_project
 
     from server.store.sqlite import SqliteStore
     from tests.test_server import MODEL
+    from tests.test_websocket import Socket
 
     store = SqliteStore(tmp_path / "responses.db")
     with limited_server(tokenizer, store, Limits(requests_per_minute=3)) as base_url:
@@ -251,11 +256,95 @@ def test_past_its_limit_a_project_gets_a_429_the_sdk_reads_and_the_other_project
         client = openai.OpenAI(base_url=base_url, api_key=KEYS["alpha"], max_retries=0)
         with pytest.raises(openai.RateLimitError) as sdk_refused:
             client.responses.create(model=MODEL, input="Capital of France?")
+        socket = Socket(base_url, additional_headers={"Authorization": f"Bearer {KEYS['alpha']}"})
+        socket.send({"type": "response.create", "model": MODEL, "input": "Capital of France?"})
+        socket_refusal = socket.until_terminal()[-1]
+        socket.ws.close()
     assert refused.status_code == 429
     assert refused.json()["error"]["code"] == "rate_limit_exceeded" and refused.json()["error"]["type"] == "requests"
     assert "try again in" in refused.json()["error"]["message"]
     assert 1 <= int(refused.headers["retry-after"]) <= 60
     assert refused.headers["x-ratelimit-remaining-requests"] == "0"
     assert [answer.status_code for answer in beta] == [200] * 5
+    assert socket_refusal["type"] == "error" and socket_refusal["status"] == 429, socket_refusal
+    assert socket_refusal["error"]["code"] == "rate_limit_exceeded"
     assert all("x-ratelimit-limit-requests" not in answer.headers for answer in beta)  # beta has no limits
     assert sdk_refused.value.code == "rate_limit_exceeded"
+
+
+def test_the_usage_api_sums_the_responses_usage_by_project_key_and_model(tokenizer: Any, tmp_path: Any) -> None:
+    """A scripted workload of two projects: the admin's usage page matches the sum of the responses' `usage`, per
+    project and key; a project key may not read it."""
+    import time
+
+    import httpx
+
+    from server.store.sqlite import SqliteStore
+
+    admin_key = "admin-secret-key-0123456789abcdef"
+    store = SqliteStore(tmp_path / "responses.db")
+    with limited_server(tokenizer, store, Limits(requests_per_minute=100), admin_key) as base_url:
+        usage: dict[str, list[int]] = {"alpha": [0, 0, 0], "beta": [0, 0, 0]}
+        for project, count in (("alpha", 3), ("beta", 2)):
+            for index in range(count):
+                body = post(base_url, project, stream=False, store=index % 2 == 0).json()["usage"]
+                usage[project] = [usage[project][0] + 1, usage[project][1] + body["input_tokens"],
+                                  usage[project][2] + body["output_tokens"]]
+        start = int(Clock().now) - 3600  # the server's clock stands still at Clock's
+        query = {"start_time": start, "bucket_width": "1h", "group_by": ["project_id", "api_key_id", "model"]}
+        refused = httpx.get(f"{base_url}/organization/usage/completions", params=query,
+                            headers={"Authorization": f"Bearer {KEYS['alpha']}"}, timeout=30)
+        deadline = time.monotonic() + 10
+        while True:  # usage is written as each response ends, just after its answer
+            page = httpx.get(f"{base_url}/organization/usage/completions", params=query,
+                             headers={"Authorization": f"Bearer {admin_key}"}, timeout=30).json()
+            results = [result for bucket in page["data"] for result in bucket["results"]]
+            seen = {result["project_id"]: [result["num_model_requests"], result["input_tokens"],
+                                           result["output_tokens"]] for result in results}
+            if seen == usage or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        metrics = httpx.get(f"{base_url.removesuffix('/v1')}/metrics", timeout=30).text
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "insufficient_permissions"
+    assert seen == usage
+    assert {(r["project_id"], r["api_key_id"]) for r in results} == {("alpha", "file_alpha"), ("beta", "file_beta")}
+    counted = {line.split('"')[1]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("responses_server_project_requests_total{")}
+    assert counted["alpha"] >= 3 and counted["beta"] >= 2  # (the registry is the test process's: others count too)
+    assert KEYS["alpha"] not in metrics and "file_alpha" not in metrics
+    assert page["object"] == "page" and all(bucket["end_time"] - bucket["start_time"] == 3600 for bucket in page["data"])
+
+
+def Params(**fields: Any) -> Any:  # noqa: N802 - stands for the query parameters' type
+    """Query parameters as Starlette gives them to the route (a list value: the name repeated)."""
+    from starlette.datastructures import QueryParams
+
+    return QueryParams([(name, item) for name, value in fields.items()
+                        for item in (value if isinstance(value, list) else [value])])
+
+
+def test_usage_buckets_group_filter_and_page() -> None:
+    from server.errors import RequestError
+    from server.tenancy.usage import UsageRecord
+    from server.tenancy.usage_report import UsageQuery, usage_page
+
+    day = 86_400 * 20_000  # a UTC midnight
+    records = [UsageRecord("alpha", "k1", "m", (day + 60) // 60, requests=1, input_tokens=10, output_tokens=1),
+               UsageRecord("alpha", "k2", "m", (day + 3700) // 60, requests=2, input_tokens=20, output_tokens=2),
+               UsageRecord("beta", "k3", "m", (day + 86_400 + 5) // 60, requests=4, input_tokens=40, output_tokens=4)]
+    whole = usage_page(UsageQuery.parse(Params(start_time=str(day + 30))), records, now=day + 2 * 86_400)
+    assert [(b["start_time"], [r["num_model_requests"] for r in b["results"]]) for b in whole["data"]] == [
+        (day, [3]), (day + 86_400, [4]), (day + 2 * 86_400, [])]
+    assert whole["data"][0]["results"][0]["project_id"] is None  # no group_by: one result for all
+    grouped = usage_page(UsageQuery.parse(Params(start_time=str(day), bucket_width="1h", group_by=["api_key_id"],
+                                                 project_ids=["alpha"], limit="2")), records, now=day + 86_400 * 2)
+    assert [[(r["api_key_id"], r["input_tokens"]) for r in b["results"]] for b in grouped["data"]] == [
+        [("k1", 10)], [("k2", 20)]]
+    assert grouped["has_more"] and grouped["next_page"] == str(day + 7200)
+    following = usage_page(UsageQuery.parse(Params(start_time=str(day), bucket_width="1h", limit="2",
+                                                   page=grouped["next_page"])), records, now=day + 86_400 * 2)
+    assert following["data"][0]["start_time"] == day + 7200
+    for bad in (Params(), Params(start_time="x"), Params(start_time="1", bucket_width="2h"),
+                Params(start_time="1", group_by=["user"]), Params(start_time="1", limit="32")):
+        with pytest.raises(RequestError):
+            UsageQuery.parse(bad)

@@ -17,6 +17,7 @@ from server.serving import ServingContext
 from server.http.conversation_routes import router as conversation_router
 from server.http.routes import router
 from server.http.stored_routes import router as stored_router
+from server.http.usage_routes import router as usage_router
 from server.http.websocket import OpenSockets
 from server.http.websocket import router as websocket_router
 
@@ -47,6 +48,7 @@ def create_app(context: ServingContext) -> FastAPI:
                 await sender.stop()
             await context.background.shutdown()
             await context.pending_saves.shutdown()
+            await context.limiter.close()  # the usage of the last responses, written before the store closes
             context.work_pool.close()
             if context.engine is not None:
                 await context.engine.shutdown()
@@ -66,6 +68,7 @@ def create_app(context: ServingContext) -> FastAPI:
     app.include_router(router)
     app.include_router(stored_router)
     app.include_router(conversation_router)
+    app.include_router(usage_router)
     app.include_router(websocket_router)
     return app
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from server.metrics import PROJECT_REQUESTS, PROJECT_TOKENS, RATE_LIMITED
 from server.store.interface import StoreUnavailable
 from server.tenancy.keys import Caller
 from server.tenancy.limits import DAY, MINUTE, Limits, RateLimited, Spent, rate_headers, refusal
@@ -64,6 +65,7 @@ class Limiter:
             spent = await self._spent(caller.project, key_id, limits, now)
             refused = refusal(scope, self._share(limits), spent, self._running.get(scope, 0), now)
             if refused is not None:
+                RATE_LIMITED.labels(caller.project, refused.kind).inc()
                 raise refused
             headers = _tighter(headers, rate_headers(limits, spent, now, admitted=True))
         counted = any(limits.counted for _, limits, _ in scopes)
@@ -78,9 +80,16 @@ class Limiter:
         for scope, _, _ in self._scopes(ticket.caller):
             self._running[scope] = max(0, self._running.get(scope, 0) - 1)
         record = self._record(ticket.caller, ticket.model, self.clock(), usage, requests=0 if ticket.counted else 1)
+        PROJECT_REQUESTS.labels(record.project).inc()
+        for kind in ("input", "cached", "output", "reasoning"):
+            PROJECT_TOKENS.labels(record.project, kind).inc(getattr(record, f"{kind}_tokens"))
         task = asyncio.get_running_loop().create_task(self._add(record))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
+
+    async def usage(self, first_minute: int, last_minute: int) -> list[UsageRecord]:
+        """The usage counted in minutes [first_minute, last_minute), every project's."""
+        return await self.ledger.usage_between(first_minute, last_minute)
 
     async def close(self) -> None:
         """Wait for the usage still being written."""
