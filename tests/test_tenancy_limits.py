@@ -252,6 +252,7 @@ def test_past_its_limit_a_project_gets_a_429_the_sdk_reads_and_the_other_project
         assert [answer.headers["x-ratelimit-remaining-requests"] for answer in answers] == ["2", "1", "0"]
         assert all(answer.headers["x-ratelimit-limit-requests"] == "3" for answer in answers)
         refused = post(base_url, "alpha")
+        unprepared = post(base_url, "alpha", previous_response_id="resp_missing")  # refused before any lookup
         beta = [post(base_url, "beta") for _ in range(5)]
         client = openai.OpenAI(base_url=base_url, api_key=KEYS["alpha"], max_retries=0)
         with pytest.raises(openai.RateLimitError) as sdk_refused:
@@ -265,6 +266,7 @@ def test_past_its_limit_a_project_gets_a_429_the_sdk_reads_and_the_other_project
     assert "try again in" in refused.json()["error"]["message"]
     assert 1 <= int(refused.headers["retry-after"]) <= 60
     assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert unprepared.status_code == 429  # a project past its limit costs the server no preparation (not a 404)
     assert [answer.status_code for answer in beta] == [200] * 5
     assert socket_refusal["type"] == "error" and socket_refusal["status"] == 429, socket_refusal
     assert socket_refusal["error"]["code"] == "rate_limit_exceeded"

@@ -4,9 +4,10 @@ sampling and the builder. Everything that can reject a request happens here, bef
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Awaitable, Callable, Mapping, MutableMapping
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 
 from openai.types.responses import Response, ResponseCompactionItem, ResponseOutputItem
 
@@ -31,6 +32,7 @@ from server.history.sealed_items import open_sealed_items, reasoning_sealer
 from server.serving import ServingContext
 from server.store.interface import StoredResponse
 from server.tenancy.keys import Caller
+from server.tenancy.limiter import Ticket
 from server.history.truncation import check_expanded_fits, render_to_fit
 from streaming.builder import ResponseBuilder
 from streaming.items import ListedTools, ToolResult
@@ -45,7 +47,26 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest, ca
 
     `earlier`: the responses of a WebSocket connection, where `previous_response_id` is looked up first and this
     one is kept when it ends. `generate` False: it completes with no output, as a warm-up."""
-    project = caller.project
+    async with _limited(context, caller) as ticket:
+        stored = await _stored_run(context, body, caller.project, earlier, generate)
+        stored.run.ticket = ticket
+        return stored
+
+
+@asynccontextmanager
+async def _limited(context: ServingContext, caller: Caller) -> AsyncIterator[Ticket]:
+    """The caller's ticket under its project's and key's limits, taken first (a project past a limit costs the
+    server no preparation, so it does not slow another); given back if the preparation fails."""
+    ticket = await context.limiter.admit(caller, context.config.served_model_name)
+    try:
+        yield ticket
+    except BaseException:
+        ticket.finish(None)
+        raise
+
+
+async def _stored_run(context: ServingContext, body: ResponsesRequest, project: str,
+                      earlier: MutableMapping[str, StoredResponse] | None, generate: bool) -> StoredRun:
     project_store = context.project_store(project)
     store = project_store if body.store else None
     if body.background and store is None:
@@ -71,24 +92,14 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest, ca
     link = ConversationLink(project_store, body.conversation) if body.conversation and project_store else None
     keep_items = store is not None or link is not None or earlier is not None
     input_items = stored_input_items(body, context.ids) if keep_items else []
-    await _admit(context, run, caller)  # last: a request refused for any other reason takes no place
+    # last: a request refused for any other reason takes no place (nor waits for one)
+    run.slot = await context.admission.admit_within(context.config.admission_wait_seconds)
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
     mode = "background" if body.background else "stream" if body.stream else "json"
     mode = "websocket" if earlier is not None else mode
     return StoredRun(run, store, input_items, body.previous_response_id, keep_event_log=keep_log,
                      background=body.background, conversation=link, mode=mode, retry_later=context.pending_saves.add,
                      kept_in=earlier, replica=context.replicas.replica_id if context.replicas else None)
-
-
-async def _admit(context: ServingContext, run: ResponseRun, caller: Caller) -> None:
-    """The run's place under the server's concurrency limit (waiting a bounded time for one), then under its
-    project's and key's limits (RateLimited: the place is given back)."""
-    run.slot = await context.admission.admit_within(context.config.admission_wait_seconds)
-    try:
-        run.ticket = await context.limiter.admit(caller, context.config.served_model_name)
-    except BaseException:
-        run.release()
-        raise
 
 
 async def _first_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
@@ -150,14 +161,16 @@ async def prepare_compaction(context: ServingContext, body: ResponsesRequest, ca
     limit and its project's limits."""
     if body.model is None:
         raise RequestError("model is required.", param="model")
-    conversation = await conversation_of(context, body, caller.project)
-    if not conversation.input_items():
-        raise RequestError("There is nothing to compact: give input or previous_response_id.", param="input")
-    summarizing = summary_request(conversation)
-    run = await prepare_run(context, summarizing, summarizing,
-                            await images_fetched(context, summarizing, summarizing))
-    await _admit(context, run, caller)
-    return CompactionRun(StoredRun(run, None, keep_event_log=False), conversation, context)
+    async with _limited(context, caller) as ticket:
+        conversation = await conversation_of(context, body, caller.project)
+        if not conversation.input_items():
+            raise RequestError("There is nothing to compact: give input or previous_response_id.", param="input")
+        summarizing = summary_request(conversation)
+        run = await prepare_run(context, summarizing, summarizing,
+                                await images_fetched(context, summarizing, summarizing))
+        run.slot = await context.admission.admit_within(context.config.admission_wait_seconds)
+        run.ticket = ticket
+        return CompactionRun(StoredRun(run, None, keep_event_log=False), conversation, context)
 
 
 async def conversation_of(context: ServingContext, body: ResponsesRequest, project: str,

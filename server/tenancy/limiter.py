@@ -41,7 +41,7 @@ class Ticket:
         if self._finished:
             return
         self._finished = True
-        self.limiter.ended(self, usage or Usage())
+        self.limiter.ended(self, usage)
 
 
 @dataclass
@@ -75,10 +75,13 @@ class Limiter:
             self._running[scope] = self._running.get(scope, 0) + 1
         return Ticket(self, caller, model, counted, headers)
 
-    def ended(self, ticket: Ticket, usage: Usage) -> None:
-        """A ticket's response ended: its place given back, its usage added (in the background)."""
+    def ended(self, ticket: Ticket, usage: Usage | None) -> None:
+        """A ticket's response ended: its place given back, its usage added (in the background). None: it never
+        ran (refused as it was prepared): nothing to add, but the request counted at admission."""
         for scope, _, _ in self._scopes(ticket.caller):
             self._running[scope] = max(0, self._running.get(scope, 0) - 1)
+        if usage is None:
+            return
         record = self._record(ticket.caller, ticket.model, self.clock(), usage, requests=0 if ticket.counted else 1)
         PROJECT_REQUESTS.labels(record.project).inc()
         for kind in ("input", "cached", "output", "reasoning"):
