@@ -167,3 +167,36 @@ def test_each_project_lists_and_continues_its_own(replicas: tuple[list[str], Scr
     assert alpha.create(input="And Italy?", previous_response_id=first["id"])["status"] == "completed"
     assert alpha.http.delete(f"/responses/{first['id']}").status_code == 200
     assert beta.http.get(f"/responses/{mine['id']}").status_code == 200
+
+
+def test_a_request_forwarded_to_the_home_replica_is_checked_there(tokenizer: Any, postgres: Any) -> None:
+    """Two replicas that forward to each other (prefix affinity). Beta, on B, naming alpha's response made on A is
+    not forwarded (B finds no home for it in beta's view) and is a 404 as a random id is; a request that arrives at A
+    forwarded (the hop marker) with beta's key is checked at A, the same; alpha's own continuation on B is forwarded
+    to A and completes."""
+    from server.http.forwarding import HOP_HEADER
+    from tests.test_affinity import all_live, counted, replica
+
+    url = postgres.new_database()
+    config = ServerConfig(served_model_name=MODEL, projects=ProjectsFile(declared()))
+    answer = steps_from_tokens(tokenizer.encode("Paris.", add_special_tokens=False) + [tokenizer.eos_token_id],
+                               cuts=[1])
+    with replica("a", url, tokenizer, config) as a, replica("b", url, tokenizer, config) as b:
+        all_live(a, b)
+        a.engine.scripts = b.engine.scripts = [answer]
+        made = Client(a.harness.base_url, "alpha").create(input="What is the capital of France?")
+
+        def continued(node: Any, project: str, response_id: str, **headers: str) -> httpx.Response:
+            return Client(node.harness.base_url, project).http.post(
+                "/responses", headers=headers, json={"model": MODEL, "input": "Go on.",
+                                                     "previous_response_id": response_id})
+
+        forwarded = counted("previous_response", "forwarded")
+        for node, headers in ((b, {}), (a, {HOP_HEADER: "b"})):
+            theirs, missing = (continued(node, "beta", made["id"], **headers),
+                               continued(node, "beta", random_like(made["id"]), **headers))
+            assert seen(theirs) == seen(missing) and theirs.status_code == 404, node.name
+        assert counted("previous_response", "forwarded") == forwarded  # beta's were never sent to alpha's home
+        mine = continued(b, "alpha", made["id"])
+        assert mine.status_code == 200 and mine.json()["status"] == "completed"
+        assert counted("previous_response", "forwarded") == forwarded + 1  # alpha's went home, to A
