@@ -426,3 +426,48 @@ def test_a_steer_during_a_hosted_call_waits_for_its_result(served: Harness, toke
     assert successor.output_text == "In French: oui."
     prompt = prompt_text(served, tokenizer)
     assert "waited 1.5 s" in prompt and prompt.index("waited 1.5 s") < prompt.index("Answer in French.")
+
+
+def test_another_projects_approval_request_is_a_missing_one(tokenizer: Any, mcp: RunningMcp, tmp_path: Path) -> None:
+    """Beta approving alpha's pending MCP call, by its approval request's id (with or without alpha's response as
+    `previous_response_id`), gets what a random id gets, and the call is never run."""
+    import hashlib
+    import re
+
+    from server.tenancy.keys import ApiKey
+    from server.tenancy.projects_file import ProjectsFile
+
+    keys = {"alpha": "alpha-secret-key-0123456789abcdef", "beta": "beta-secret-key-0123456789abcdef"}
+    declared = tuple(ApiKey(id=f"file_{name}", name=name, project=name, hash=hashlib.sha256(key.encode()).hexdigest())
+                     for name, key in keys.items())
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[script(tokenizer, call_text("calc__add", {"a": 1, "b": 2}))])
+    settings = McpSettings(servers={"calc": mcp.url}, allowed_domains=("127.0.0.1",), connect_seconds=5,
+                           call_seconds=10)
+    config = ServerConfig(served_model_name=MODEL, tool_call_parser="hermes", mcp=settings,
+                          projects=ProjectsFile(declared))
+    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids(),
+                             store=open_url(f"sqlite:///{tmp_path / 'responses.db'}"))
+    tool = mcp_tool(require_approval="always")
+    with serve_in_thread(create_app(context)) as base_url:
+        def post(project: str, **body: Any) -> httpx.Response:
+            return httpx.post(f"{base_url}/responses", json={"model": MODEL, "tools": [tool], **body},
+                              headers={"Authorization": f"Bearer {keys[project]}"}, timeout=30)
+
+        asked = post("alpha", input="1+2?").json()
+        request = asked["output"][-1]
+        assert request["type"] == "mcp_approval_request"
+        methods_before = len(mcp.recorder.methods)
+        engine.scripts, engine.first = [script(tokenizer, "Done.")], len(engine.requests)
+
+        def approving(approval_id: str, response_id: str | None) -> tuple[int, str]:
+            chained = {"previous_response_id": response_id} if response_id else {}
+            answer = post("beta", input=[{"type": "mcp_approval_response", "approval_request_id": approval_id,
+                                          "approve": True}], **chained)
+            return answer.status_code, re.sub(r"\b(resp|mcpr)_[0-9A-Za-z]+", "ID", answer.text)
+
+        for response_id in (asked["id"], None):
+            theirs = approving(request["id"], response_id)
+            missing = approving("mcpr_" + "0" * (len(request["id"]) - 5),
+                                "resp_" + "0" * (len(asked["id"]) - 5) if response_id else None)
+            assert theirs == missing and theirs[0] in (400, 404), (response_id, theirs)
+        assert "tools/call" not in mcp.recorder.methods[methods_before:], "alpha's call was never run"
