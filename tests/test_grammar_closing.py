@@ -94,6 +94,26 @@ def endless_call(words: int) -> tuple[list[int], int]:
     return header + encoding.encode(" ".join(["word"] * words)), len(header)
 
 
+def closed_call(harness: Harness, budget: int, stream: bool) -> tuple[dict[str, Any], int]:
+    """Ask for a sentence under `tool_choice: required` within `budget` (streamed, or as JSON): the response
+    completes with one custom call whose input follows the grammar; that call, and the output tokens used."""
+    body: dict[str, Any] = {"input": "Say something.", "tools": [SENTENCE_TOOL], "tool_choice": "required",
+                            "max_output_tokens": budget}
+    if stream:
+        response = validate_events(harness.raw_stream(**body))
+        status, output = response.status, [item.model_dump() for item in response.output]
+        used_tokens = response.usage.output_tokens if response.usage else 0
+    else:
+        answer = harness.post(**body)
+        assert answer.status_code == 200, answer.text
+        data = answer.json()
+        status, output, used_tokens = data["status"], data["output"], data["usage"]["output_tokens"]
+    assert status == "completed", output
+    (call,) = [item for item in output if item["type"] == "custom_tool_call"]
+    assert re.fullmatch(SENTENCE, call["input"]), call["input"]
+    return call, used_tokens
+
+
 @pytest.mark.parametrize("budget", [24, 40, 100])
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 def test_a_custom_call_the_budget_would_cut_is_closed_by_its_grammar(harmony: Harness, budget: int,
@@ -101,20 +121,7 @@ def test_a_custom_call_the_budget_would_cut_is_closed_by_its_grammar(harmony: Ha
     tokens, body_start = endless_call(words=400)
     tokens = tokens[:budget]  # as the engine stops at max_tokens
     harmony.play(steps_from_tokens(tokens, cuts=list(range(1, len(tokens))), finish="length"))
-    body: dict[str, Any] = {"input": "Say something.", "tools": [SENTENCE_TOOL], "tool_choice": "required",
-                            "max_output_tokens": budget}
-    if stream:
-        response = validate_events(harmony.raw_stream(**body))
-        status, output, used = response.status, [i.model_dump() for i in response.output], response.usage
-        used_tokens = used.output_tokens if used else None
-    else:
-        answer = harmony.post(**body)
-        assert answer.status_code == 200, answer.text
-        data = answer.json()
-        status, output, used_tokens = data["status"], data["output"], data["usage"]["output_tokens"]
-    assert status == "completed", output
-    (call,) = [item for item in output if item["type"] == "custom_tool_call"]
-    assert re.fullmatch(SENTENCE, call["input"]), call["input"]
+    call, used_tokens = closed_call(harmony, budget, stream)
     written = harmony_encoding().decode(tokens[body_start:used_tokens])
     assert call["input"].startswith(written)
     assert used_tokens + len((call["input"][len(written):]).encode()) <= budget, "the closing fits the budget"
@@ -150,20 +157,7 @@ def test_a_chat_custom_call_the_budget_would_cut_is_closed_by_its_grammar(chat: 
     head = '<tool_call>\n{"name": "say", "arguments": {"input": "'
     tokens = tokenizer.encode(head + " ".join(["word"] * 400), add_special_tokens=False)[:budget]
     chat.play(steps_from_tokens(tokens, cuts=list(range(1, len(tokens))), finish="length"))
-    body: dict[str, Any] = {"input": "Say something.", "tools": [SENTENCE_TOOL], "tool_choice": "required",
-                            "max_output_tokens": budget}
-    if stream:
-        response = validate_events(chat.raw_stream(**body))
-        status, output = response.status, [i.model_dump() for i in response.output]
-        used_tokens = response.usage.output_tokens if response.usage else 0
-    else:
-        answer = chat.post(**body)
-        assert answer.status_code == 200, answer.text
-        data = answer.json()
-        status, output, used_tokens = data["status"], data["output"], data["usage"]["output_tokens"]
-    assert status == "completed", output
-    (call,) = [item for item in output if item["type"] == "custom_tool_call"]
-    assert re.fullmatch(SENTENCE, call["input"]), call["input"]
+    call, used_tokens = closed_call(chat, budget, stream)
     whole = head + call["input"] + '"}}\n</tool_call>'  # (the sentence has nothing JSON escapes)
     written = tokenizer.decode(tokens[:used_tokens])
     assert whole.startswith(written)
