@@ -115,13 +115,16 @@ class GrammarClosing:
             self._step = max(self._step, output_tokens - self._seen)
         self._seen = output_tokens
         left = self.budget - output_tokens
-        if left > CLOSING_WINDOW or self._hopeless:
+        if left > CLOSING_WINDOW:
             return False
         call = self.parser.open_custom_call()
         if call is None or call[0] not in self.grammars:
             return False  # (a custom tool with no grammar is never closed: not worth asking the search)
-        if self._needs is None or self._call is None or self._call[0] != call[0] or len(call[1]) < self._call[1]:
-            return True  # another call than the one last asked about
+        if self._call is None or self._call[0] != call[0] or len(call[1]) < self._call[1]:
+            self._needs, self._beyond, self._hopeless = None, False, False  # another call than the one last asked
+            return True
+        if self._hopeless or self._needs is None:
+            return False
         if self._beyond:  # none fitted then: ask again once what was written since may have made one fit
             return self._needs - (len(call[1]) - self._call[1]) <= left
         return left - self._needs <= self._step
