@@ -38,6 +38,7 @@ class ServerConfig:
     websocket: bool = True  # WebSocket mode on GET /v1/responses (off: an upgrade gets 426, clients fall back to HTTP)
     websocket_max_seconds: float = 3600.0  # a connection's lifetime, as OpenAI's; then it ends with an error
     api_process: int | None = None  # this process's index when several API processes share the port
+    api_server_count: int = 1  # the API processes sharing the port (each takes its share of per-process limits)
     input_work: WorkLimits = field(default_factory=WorkLimits)  # PDF text and image decoding: workers, time, memory
     max_request_pixels: int = MAX_REQUEST_PIXELS  # of a request's distinct images, in all
     webhooks: WebhookSettings | None = None  # where background responses' endings are posted (None: nowhere)

@@ -170,6 +170,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         websocket=args.websocket,
         websocket_max_seconds=args.websocket_max_seconds,
         api_process=process,
+        api_server_count=args.api_server_count,
         input_work=WorkLimits(args.input_workers, args.input_work_seconds, args.input_work_memory_mb << 20),
         max_request_pixels=args.max_request_pixels,
         webhooks=webhook_settings(args),

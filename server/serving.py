@@ -74,7 +74,9 @@ class ServingContext:
                                projects.key_limits, replicas=self._live_replicas, clock=self.clock)
 
     def _live_replicas(self) -> int:
-        return len(self.replicas.live()) if self.replicas is not None else 1
+        """The processes sharing the limits on requests at once: the live replicas' API processes."""
+        replicas = len(self.replicas.live()) if self.replicas is not None else 1
+        return max(1, replicas) * self.config.api_server_count
 
     def project_store(self, project: str) -> ProjectStore | None:
         """The store as `project` sees it: its own responses and conversations only (None: no store)."""

@@ -2,8 +2,8 @@
 
 Requests and tokens per minute and tokens per day are counted in the ledger (the shared store: every replica reads
 and adds to the same minutes, so the limit holds across replicas; replicas admitting at the same instant may pass
-it by one request each). Requests at once are counted in each replica, which takes its share of the limit: the
-limit divided among the live replicas (rounded up)."""
+it by one request each). Requests at once are counted in each API process, which takes its share of the limit: the
+limit divided among the live replicas' API processes (rounded up)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ class Limiter:
     ledger: UsageLedger
     projects: Mapping[str, Limits] = field(default_factory=dict)  # project -> its limits
     keys: Mapping[str, Limits] = field(default_factory=dict)  # key id -> its own limits (on top of its project's)
-    replicas: Callable[[], int] = lambda: 1  # the live replicas sharing the limits on requests at once
+    replicas: Callable[[], int] = lambda: 1  # the processes sharing the limits on requests at once (replicas x API
+    # processes)
     clock: Callable[[], float] = time.time
     _running: dict[str, int] = field(default_factory=dict)  # "project:NAME" / "key:ID" -> responses running here
     _writes: set[asyncio.Task[None]] = field(default_factory=set)
@@ -121,7 +122,7 @@ class Limiter:
             return Spent()
 
     def _share(self, limits: Limits) -> Limits:
-        """The limits with requests at once divided among the live replicas (this one's share)."""
+        """The limits with requests at once divided among the processes sharing it (this one's share)."""
         if limits.concurrent_requests is None:
             return limits
         share = math.ceil(limits.concurrent_requests / max(1, self.replicas()))
