@@ -350,3 +350,10 @@ def test_usage_buckets_group_filter_and_page() -> None:
                 Params(start_time="1", group_by=["user"]), Params(start_time="1", limit="32")):
         with pytest.raises(RequestError):
             UsageQuery.parse(bad)
+
+
+def test_a_page_from_the_epoch_is_one_page_not_every_bucket_since() -> None:
+    from server.tenancy.usage_report import UsageQuery, usage_page
+
+    page = usage_page(UsageQuery.parse(Params(start_time="0", bucket_width="1m")), [], now=1_800_000_000)
+    assert len(page["data"]) == 60 and page["has_more"] and page["next_page"] == "3600"

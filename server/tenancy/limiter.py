@@ -137,9 +137,9 @@ class Limiter:
     async def _add(self, record: UsageRecord) -> None:
         try:
             await self.ledger.add_usage(record)
-        except StoreUnavailable:
-            logger.warning("the usage of a response could not be recorded (project %s): the store is unavailable",
-                           record.project)
+        except StoreUnavailable:  # (the store logs its outage once)
+            logger.debug("the usage of a response was not recorded (project %s): the store is unavailable",
+                         record.project)
 
 
 def _tighter(first: dict[str, str], second: dict[str, str]) -> dict[str, str]:

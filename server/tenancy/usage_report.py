@@ -53,7 +53,7 @@ class UsageQuery:
         first = self.start // width * width
         end = self.end if self.end is not None else int(now) + 1
         count = self.limit or PAGE_SIZES[self.width][0]
-        return [(at, at + width) for at in range(first, end, width)][:count]
+        return [(at, at + width) for at in range(first, min(end, first + count * width), width)]
 
     def keeps(self, record: UsageRecord) -> bool:
         return ((not self.project_ids or record.project in self.project_ids)
