@@ -357,3 +357,28 @@ def test_a_page_from_the_epoch_is_one_page_not_every_bucket_since() -> None:
 
     page = usage_page(UsageQuery.parse(Params(start_time="0", bucket_width="1m")), [], now=1_800_000_000)
     assert len(page["data"]) == 60 and page["has_more"] and page["next_page"] == "3600"
+
+
+def test_a_scope_refused_for_its_minute_is_refused_without_reading_the_ledger_until_it_turns() -> None:
+    clock = Clock()
+
+    class CountingLedger(MemoryLedger):
+        reads = 0
+
+        async def spent(self, *args: Any) -> Any:
+            CountingLedger.reads += 1
+            return await super().spent(*args)
+
+    gate = Limiter(CountingLedger(), projects={"alpha": Limits(requests_per_minute=1)}, clock=clock)
+
+    async def scenario() -> tuple[int, int]:
+        await gate.admit(ALPHA, "m")
+        for _ in range(50):
+            with pytest.raises(RateLimited):
+                await gate.admit(ALPHA, "m")
+        during = CountingLedger.reads
+        clock.now += 60 - clock.now % 60  # the minute turns: counted afresh, admitted
+        await gate.admit(ALPHA, "m")
+        return during, CountingLedger.reads
+
+    assert run(scenario()) == (2, 3)  # the first admission and the first refusal read it; then the new minute

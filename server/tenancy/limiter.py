@@ -56,6 +56,9 @@ class Limiter:
     clock: Callable[[], float] = time.time
     _running: dict[str, int] = field(default_factory=dict)  # "project:NAME" / "key:ID" -> responses running here
     _writes: set[asyncio.Task[None]] = field(default_factory=set)
+    # scope -> (until when, what it had spent): a scope refused for its minute's or day's counts stays refused until
+    # that window turns, without reading the ledger again (a client hammering past its limit costs no store read)
+    _refused: dict[str, tuple[float, Spent]] = field(default_factory=dict)
 
     async def admit(self, caller: Caller, model: str) -> Ticket:
         """The request's ticket; RateLimited past a limit of its project or key."""
@@ -63,10 +66,15 @@ class Limiter:
         scopes = self._scopes(caller)
         headers: dict[str, str] = {}
         for scope, limits, key_id in scopes:
-            spent = await self._spent(caller.project, key_id, limits, now)
+            until, spent = self._refused.get(scope, (0.0, Spent()))
+            if now >= until:
+                spent = await self._spent(caller.project, key_id, limits, now)
             refused = refusal(scope, self._share(limits), spent, self._running.get(scope, 0), now)
             if refused is not None:
                 RATE_LIMITED.labels(caller.project, refused.kind).inc()
+                if refused.kind != "concurrency":
+                    window = DAY if refused.kind == "quota" else MINUTE
+                    self._refused[scope] = (now - now % window + window, spent)
                 raise refused
             headers = _tighter(headers, rate_headers(limits, spent, now, admitted=True))
         counted = any(limits.counted for _, limits, _ in scopes)
