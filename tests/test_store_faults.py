@@ -178,9 +178,9 @@ def test_stores_opening_a_new_database_at_once_all_find_it_migrated(tmp_path: Pa
         ready.wait()
         return asyncio.run(store.has_keys())
 
-    for attempt in range(5):
+    for attempt in range(10):
         path = tmp_path / f"new-{attempt}.db"
-        stores = [SqliteStore(path) for _ in range(6)]
+        stores = [SqliteStore(path) for _ in range(12)]
         ready = threading.Barrier(len(stores))
         results: list[Any] = []
         threads = [threading.Thread(target=lambda s=store: results.append(_outcome(first_read, s, ready)))

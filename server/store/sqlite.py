@@ -65,15 +65,22 @@ class SqliteStore:
         """A connection to the migrated file (kept only once the migrations are in)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(self.path, check_same_thread=False, timeout=self.busy_timeout)
-        try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=NORMAL")
-            connection.execute("PRAGMA foreign_keys=ON")
-            _migrate(connection)
-        except BaseException:
-            connection.close()
-            raise
-        return connection
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                connection.execute("PRAGMA journal_mode=WAL")  # (switching a new file to WAL does not wait on a
+                connection.execute("PRAGMA synchronous=NORMAL")  # lock another process holds: it is retried here)
+                connection.execute("PRAGMA foreign_keys=ON")
+                _migrate(connection)
+                return connection
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    connection.close()
+                    raise
+                time.sleep(0.05)
+            except BaseException:
+                connection.close()
+                raise
 
     async def save(self, record: StoredResponse, events: list[str] | None = None) -> None:
         def write(db: sqlite3.Connection) -> None:
