@@ -7,7 +7,7 @@ from typing import Any
 
 from server.store.interface import RUNNING, Order, RetentionPolicy
 from server.tenancy.keys import ApiKey
-from server.tenancy.usage import UsageRecord
+from server.tenancy.usage import COUNTS, UsageRecord
 
 _NO_LIMIT = 1 << 62
 
@@ -100,20 +100,17 @@ def retention_query(policy: RetentionPolicy, batch: int, now: float, mark: str) 
     return (" UNION ".join(parts), tuple(parameters)) if parts else None
 
 
-USAGE_COUNTS = ("requests", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")
-
-
 def add_usage(mark: str) -> str:
     """The upsert that adds a UsageRecord's counts to its minute's row."""
-    columns = ("project", "api_key_id", "model", "minute", *USAGE_COUNTS)
-    added = ", ".join(f"{name} = usage_minutes.{name} + excluded.{name}" for name in USAGE_COUNTS)
+    columns = ("project", "api_key_id", "model", "minute", *COUNTS)
+    added = ", ".join(f"{name} = usage_minutes.{name} + excluded.{name}" for name in COUNTS)
     return (f"INSERT INTO usage_minutes ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))}) "
             f"ON CONFLICT (project, api_key_id, model, minute) DO UPDATE SET {added}")
 
 
 def usage_row(record: UsageRecord) -> tuple[Any, ...]:
     return (record.project, record.api_key_id, record.model, record.minute,
-            *(getattr(record, name) for name in USAGE_COUNTS))
+            *(getattr(record, name) for name in COUNTS))
 
 
 def spent_query(mark: str, by_key: bool) -> str:
@@ -127,7 +124,7 @@ def spent_query(mark: str, by_key: bool) -> str:
 
 
 def usage_between_query(mark: str) -> str:
-    return (f"SELECT project, api_key_id, model, minute, {', '.join(USAGE_COUNTS)} FROM usage_minutes "
+    return (f"SELECT project, api_key_id, model, minute, {', '.join(COUNTS)} FROM usage_minutes "
             f"WHERE minute >= {mark} AND minute < {mark}")
 
 

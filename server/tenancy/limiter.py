@@ -54,7 +54,7 @@ class Limiter:
     replicas: Callable[[], int] = lambda: 1  # the processes sharing the limits on requests at once (replicas x API
     # processes)
     clock: Callable[[], float] = time.time
-    _running: dict[str, int] = field(default_factory=dict)  # "project:NAME" / "key:ID" -> responses running here
+    _running: dict[str, int] = field(default_factory=dict)  # "project NAME" / "key ID" -> responses running here
     _writes: set[asyncio.Task[None]] = field(default_factory=set)
     # scope -> (until when, what it had spent): a scope refused for its minute's or day's counts stays refused until
     # that window turns, without reading the ledger again (a client hammering past its limit costs no store read)

@@ -3,12 +3,13 @@ reads. Kept in the shared store (every replica counts into the same rows), or in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Protocol
 
 from server.tenancy.limits import Spent
 
 NO_KEY = ""  # the api_key_id of requests made with no key (a server that asks for none)
+COUNTS = ("requests", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")  # a record's counts
 
 
 @dataclass(frozen=True)
@@ -26,12 +27,10 @@ class UsageRecord:
     reasoning_tokens: int = 0
 
     def plus(self, other: "UsageRecord") -> "UsageRecord":
-        counts = {field.name: getattr(self, field.name) + getattr(other, field.name) for field in fields(self)
-                  if field.name in COUNTS}
+        counts = {name: getattr(self, name) + getattr(other, name) for name in COUNTS}
         return UsageRecord(self.project, self.api_key_id, self.model, self.minute, **counts)
 
 
-COUNTS = ("requests", "input_tokens", "cached_tokens", "output_tokens", "reasoning_tokens")
 
 
 class UsageLedger(Protocol):
