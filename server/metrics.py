@@ -53,6 +53,11 @@ PROJECT_TOKENS = Counter("responses_server_project_tokens", "Tokens of responses
                          "(input, cached, output, reasoning)", ["project", "kind"])
 RATE_LIMITED = Counter("responses_server_rate_limited", "Requests refused past a limit, by project and limit "
                        "(requests, tokens, concurrency, quota)", ["project", "limit"])
+PROMPT_RENDERS = Counter("responses_server_prompt_renders", "Prompts rendered, by what they reused of the known "
+                         "prompt their turn extends: extended (all of it), fallback (the render changed it: reused up "
+                         "to the change), full (none known)", ["outcome"])
+PROMPT_TOKENS = Counter("responses_server_prompt_tokens", "Prompt tokens rendered, by source: reused from a known "
+                        "prompt, or tokenized", ["source"])
 EVENT_LOOP_LAG = Histogram("responses_server_event_loop_lag_seconds", "How late the event loop ran a timer that was "
                            "due (sampled every 0.1 s): what every stream's next event waited", buckets=_LAG_BUCKETS)
 

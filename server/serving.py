@@ -18,6 +18,8 @@ from server.engine.interface import Engine
 from server.requests import ResponsesRequest
 from server.paths.base import ModelPath
 from server.paths.choice import choose_path
+from server.history.chains import KnownChains
+from server.prompts.known import KnownPrompts
 from server.replicas.registry import ReplicaRegistry
 from server.runs.admission import Admission
 from server.runs.background import BackgroundRuns
@@ -59,6 +61,8 @@ class ServingContext:
     # Prompts rendered and tokenized off the event loop, one at a time: a long history takes a thread, not every
     # stream of the process (the tokenizer releases the GIL), and a tokenizer is not shared between threads at once.
     renderer: ThreadPoolExecutor = field(init=False)
+    known_prompts: KnownPrompts = field(default_factory=KnownPrompts)  # recent prompts, for the turns extending them
+    known_chains: KnownChains = field(default_factory=KnownChains)  # recent chains' history, read and validated once
     authenticator: Authenticator = field(init=False)  # who a request comes from (server/tenancy)
     limiter: Limiter = field(init=False)  # each project's limits, and every response's usage (server/tenancy)
 

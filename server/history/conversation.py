@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping
 
 from pydantic import TypeAdapter, ValidationError
 
 from server.errors import NotFound, RequestError, invalid_value
 from server.requests import CompactionItem, InputItem, MessageItem, ResponsesRequest, ToolOutput
-from server.store.interface import StoredResponse
+from server.history.chains import KnownChain, KnownChains
+from server.store.interface import RUNNING, StoredResponse
+from server.tenancy.keys import DEFAULT_PROJECT
 from server.tenancy.project_store import ProjectStore
 from streaming.ids import ITEM_PREFIXES, IdFactory
 
@@ -55,32 +58,56 @@ def _stored_item(item: Any, ids: IdFactory) -> dict[str, Any]:
 
 
 async def with_history(request: ResponsesRequest, store: ProjectStore | None,
-                       earlier: Mapping[str, StoredResponse] | None = None) -> ResponsesRequest:
+                       earlier: Mapping[str, StoredResponse] | None = None,
+                       chains: KnownChains | None = None, project: str = DEFAULT_PROJECT) -> ResponsesRequest:
     """The request with the stored conversation before it: every earlier input and output, oldest first.
 
     `earlier` holds responses kept outside the store (those made on a WebSocket connection), looked up first.
+    `chains`: `project`'s known chains, so that only the responses not seen before are read and validated.
     Instructions are not inherited (as in OpenAI's API): only this request's apply.
     """
     if request.conversation is not None:
         return await _with_conversation(request, store)
     if request.previous_response_id is None:
         return request
-    chain = []
-    response_id: str | None = request.previous_response_id
-    while response_id is not None:
-        record = (earlier or {}).get(response_id)
-        if record is None and store is not None:
-            record = await store.get(response_id)
+    chain = await _chain(request.previous_response_id, store, earlier or {}, chains, project)
+    return request.model_copy(update={"input": [*chain.items, *request.input_items()]})
+
+
+async def _chain(response_id: str, store: ProjectStore | None, earlier: Mapping[str, StoredResponse],
+                 chains: KnownChains | None, project: str) -> KnownChain:
+    """The chain ending at `response_id`: its responses read back to its start, or to a known chain whose
+    responses are all still there (then kept, unless a response in it is still running)."""
+    records: list[StoredResponse] = []
+    known: KnownChain | None = None
+    current: str | None = response_id
+    while current is not None:
+        known = chains.find(project, current) if chains is not None else None
+        if known is not None and await _still_stored(known, store, earlier):
+            break
+        known = None
+        record = earlier.get(current) or (await store.get(current) if store is not None else None)
         if record is None:
-            raise NotFound(f"Previous response with id '{response_id}' not found.",
+            raise NotFound(f"Previous response with id '{current}' not found.",
                            param="previous_response_id", code="previous_response_not_found")
-        chain.append(record)
-        response_id = record.previous_response_id
-    history: list[dict[str, Any]] = []
-    for record in reversed(chain):
-        history += record.input_items + list(record.response.get("output") or [])
-    items = _ITEMS.validate_python(_plaintext(history)) + request.input_items()
-    return request.model_copy(update={"input": items})
+        records.append(record)
+        current = record.previous_response_id
+    records.reverse()
+    added = [item for record in records for item in record.input_items + list(record.response.get("output") or [])]
+    chain = KnownChain((known.response_ids if known else ()) + tuple(record.id for record in records),
+                       (known.items if known else ()) + tuple(_ITEMS.validate_python(_plaintext(added))),
+                       (known.size if known else 0) + len(json.dumps(added)))
+    if chains is not None and records and not any(record.status in RUNNING for record in records):
+        chains.keep(project, chain)
+    return chain
+
+
+async def _still_stored(chain: KnownChain, store: ProjectStore | None, earlier: Mapping[str, StoredResponse]) -> bool:
+    """Whether every response of the chain is still there (one query for those the store holds)."""
+    stored = [response_id for response_id in chain.response_ids if response_id not in earlier]
+    if not stored:
+        return True
+    return store is not None and await store.count_responses(stored) == len(stored)
 
 
 def since_last_compaction(request: ResponsesRequest) -> ResponsesRequest:

@@ -14,7 +14,8 @@ import json
 import os
 import secrets
 import tempfile
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,16 @@ class SealError(ValueError):
     """A sealed value that is not ours, was changed, or belongs to another purpose."""
 
 
+# The sealed values a sealer remembers opening (by their size): a history's sealed items open once, not every turn.
+OPENED_BYTES = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class Sealer:
     """Seals and opens JSON payloads; `keys[0]` seals, every key opens."""
 
     keys: tuple[bytes, ...]
+    _opened: _Opened = field(default_factory=lambda: _Opened(OPENED_BYTES), compare=False, repr=False)
 
     @classmethod
     def ephemeral(cls) -> "Sealer":
@@ -52,6 +58,14 @@ class Sealer:
         return PREFIX + base64.urlsafe_b64encode(_key_id(key) + nonce + sealed).decode()
 
     def open(self, purpose: str, value: str) -> dict[str, Any]:
+        """The payload sealed in `value` for `purpose` (a copy: opened once, then remembered)."""
+        opened = self._opened.get(purpose, value) if isinstance(value, str) else None
+        if opened is None:
+            opened = self._decrypt(purpose, value)
+            self._opened.keep(purpose, value, opened)
+        return dict(opened)
+
+    def _decrypt(self, purpose: str, value: str) -> dict[str, Any]:
         if not isinstance(value, str) or not value.startswith(PREFIX):
             raise SealError("not a value sealed by this server")
         try:
@@ -69,6 +83,31 @@ class Sealer:
             if isinstance(payload, dict):
                 return payload
         raise SealError("sealed under another key, changed, or meant for another kind of item")
+
+
+class _Opened:
+    """Payloads by the sealed value they were opened from, least recently used dropped past `max_bytes` (of
+    sealed text)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._payloads: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+
+    def get(self, purpose: str, value: str) -> dict[str, Any] | None:
+        payload = self._payloads.get((purpose, value))
+        if payload is not None:
+            self._payloads.move_to_end((purpose, value))
+        return payload
+
+    def keep(self, purpose: str, value: str, payload: dict[str, Any]) -> None:
+        if (purpose, value) in self._payloads or len(value) > self.max_bytes:
+            return
+        self._payloads[(purpose, value)] = payload
+        self.bytes += len(value)
+        while self.bytes > self.max_bytes:
+            (_, dropped), _ = self._payloads.popitem(last=False)
+            self.bytes -= len(dropped)
 
 
 def sealer_from(secrets_text: str | None, data_dir: Path) -> Sealer:

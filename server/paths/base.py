@@ -10,6 +10,7 @@ from parsers.decoder import IncrementalDecoder
 from parsers.tools import ToolTable
 from server.constraints.closing import GrammarClosing
 from server.constraints.rules import OutputRules
+from server.prompts.known import KnownPrompt, Outcome
 from server.requests import ContentPart, ResponsesRequest
 
 
@@ -23,6 +24,9 @@ class RenderedPrompt:
     stop_token_ids: tuple[int, ...] = ()
     banned_token_ids: tuple[int, ...] = ()  # special tokens the model must never sample
     images: tuple[ContentPart, ...] = ()  # the image parts behind the prompt's image placeholders, in order
+    known: KnownPrompt | None = None  # to keep for the turns that extend it (None: the path keeps its own)
+    outcome: Outcome = "full"  # what the render reused of a known prompt
+    reused_tokens: int = 0  # how many of `token_ids` were reused, not tokenized
 
 
 class ModelPath(Protocol):
@@ -30,7 +34,9 @@ class ModelPath(Protocol):
 
     reasoning_efforts: tuple[str, ...]  # the `reasoning.effort` values the model is told (none: it is not)
 
-    def render(self, request: ResponsesRequest) -> RenderedPrompt: ...
+    def render(self, request: ResponsesRequest, known: KnownPrompt | None = None) -> RenderedPrompt:
+        """The request's prompt; the tokens of `known` (a prompt it may extend) are reused where they hold."""
+        ...
 
     def structural_tag(self, rules: OutputRules) -> str | None:
         """The grammar (an xgrammar structural tag) that makes the output follow `rules`; None: free output."""

@@ -24,6 +24,8 @@ from server.errors import RequestError
 from server.paths.base import RenderedPrompt
 from server.paths.chat_messages import PromptImages, chat_messages, hermes_messages
 from server.paths.tools import function_tools, tool_table
+from server.prompts.chat_tokens import IncrementalTokenizer
+from server.prompts.known import KnownPrompt
 from server.requests import ResponsesRequest
 
 
@@ -38,8 +40,8 @@ class ChatTemplatePath:
         self._renderer = ChatTemplateRenderer(tokenizer, image_placeholder)
         self._tool_parsers = tool_parser_factory(config.tool_call_parser, tokenizer)
 
-    def render(self, request: ResponsesRequest) -> RenderedPrompt:
-        return self._renderer.render(request)
+    def render(self, request: ResponsesRequest, known: KnownPrompt | None = None) -> RenderedPrompt:
+        return self._renderer.render(request, known)
 
     def structural_tag(self, rules: OutputRules) -> str | None:
         parser = self._config.tool_call_parser or DEFAULT_TOOL_CALL_PARSER
@@ -103,11 +105,13 @@ class ChatTemplateRenderer:
 
     def __init__(self, tokenizer: Any, image_placeholder: str | None = None) -> None:
         self._tokenizer = tokenizer
+        self._tokens = IncrementalTokenizer(tokenizer)
         self._image_placeholder = image_placeholder  # the model sees: image parts become this text
         template = getattr(tokenizer, "chat_template", None) or ""
         self.template_has_tools = isinstance(template, str) and "tools" in template
 
-    def render(self, request: ResponsesRequest) -> RenderedPrompt:
+    def render(self, request: ResponsesRequest, known: KnownPrompt | None = None) -> RenderedPrompt:
+        """The request's prompt; the tokens of `known`'s text are reused as far as this text repeats it."""
         images = PromptImages(self._image_placeholder) if self._image_placeholder else None
         messages = chat_messages(request, images)
         if not messages:
@@ -133,9 +137,10 @@ class ChatTemplateRenderer:
             raise RequestError(_template_refusal(exc), param="input") from exc
         if images is not None:
             text = images.placed(text)
-        token_ids = list(self._tokenizer.encode(text, add_special_tokens=False))
-        return RenderedPrompt(token_ids=token_ids, text=text, tools=table,
-                              images=tuple(images.parts) if images else ())
+        tokens = self._tokens.tokenize(text, known)
+        return RenderedPrompt(token_ids=tokens.token_ids, text=text, tools=table,
+                              images=tuple(images.parts) if images else (), known=tokens.known,
+                              outcome=tokens.outcome, reused_tokens=tokens.reused_tokens)
 
 
 def _template_refusal(exc: Exception) -> str:

@@ -16,6 +16,8 @@ from server.constraints.rules import OutputRules
 from server.errors import RequestError
 from server.paths.base import RenderedPrompt
 from server.paths.tools import function_tools, tool_definitions, tool_table
+from server.prompts.harmony_tokens import HarmonyMessageTokens
+from server.prompts.known import KnownPrompt
 from server.requests import (
     CustomToolCallItem,
     CustomToolCallOutputItem,
@@ -49,20 +51,22 @@ class HarmonyPath:
         self._encoding = harmony_encoding()
         self._today = today
         self._stop_tokens = tuple(self._encoding.stop_tokens_for_assistant_actions())
+        self._messages = HarmonyMessageTokens(self._encoding)  # each message tokenized once
         # Reserved harmony tokens are not special to xgrammar (gpt-oss's tokenizer does not list them as such), so a
         # grammar's free text or JSON string could take one; they are banned from sampling instead.
         self._banned_tokens = HarmonyTokens.of(self._encoding).banned()
 
-    def render(self, request: ResponsesRequest) -> RenderedPrompt:
-        from openai_harmony import RenderConversationConfig, Role
-
+    def render(self, request: ResponsesRequest, known: KnownPrompt | None = None) -> RenderedPrompt:
+        """The request's prompt, its messages' tokens reused wherever a message was rendered before (`known` is
+        not needed: messages are found by their content)."""
         table = tool_table(request)
         conversation = harmony_conversation(request, self._today or datetime.date.today(), table)
         # Earlier turns' analysis is dropped after a final answer, as gpt-oss was trained.
-        token_ids = self._encoding.render_conversation_for_completion(
-            conversation, Role.ASSISTANT, config=RenderConversationConfig(auto_drop_analysis=True))
-        return RenderedPrompt(token_ids=list(token_ids), text="", tools=table,
-                              stop_token_ids=self._stop_tokens, banned_token_ids=self._banned_tokens)
+        rendered = self._messages.render_for_completion(conversation.messages)
+        return RenderedPrompt(token_ids=rendered.token_ids, text="", tools=table,
+                              stop_token_ids=self._stop_tokens, banned_token_ids=self._banned_tokens,
+                              outcome="extended" if rendered.reused_tokens else "full",
+                              reused_tokens=rendered.reused_tokens)
 
     def structural_tag(self, rules: OutputRules) -> str | None:
         return harmony_structural_tag(rules, self._special_token)

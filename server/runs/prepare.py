@@ -33,7 +33,9 @@ from server.serving import ServingContext
 from server.store.interface import StoredResponse
 from server.tenancy.keys import Caller
 from server.tenancy.limiter import Ticket
-from server.history.truncation import check_expanded_fits, render_to_fit
+from server.history.truncation import check_expanded_fits
+from server.prompts.known import PromptKeys
+from server.prompts.rendering import remember_prompt, rendered_prompt
 from streaming.builder import ResponseBuilder
 from streaming.items import ListedTools, ToolResult
 from streaming.outcome import Usage
@@ -79,8 +81,9 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, project: 
         raise DependencyFailed(unavailable.error or "", param="tools")  # a stream says it with its events
     fetched = await images_fetched(context, conversation, body)
     compacting = body.asks_compaction()  # the response is one compaction item (the run is never generated from)
-    run, overflowed = await _first_run(context, conversation, body, fetched, hosted, compacting)
-    loop = HostedLoop(context, hosted, conversation, body, fetched) if hosted.runs_tools else None
+    keys = prompt_keys(body, project, continuable=store is not None or earlier is not None)
+    run, overflowed = await _first_run(context, conversation, body, fetched, hosted, compacting, keys)
+    loop = HostedLoop(context, hosted, conversation, body, fetched, keys) if hosted.runs_tools else None
     run.hosted = loop
     engine, _ = context.started()
     if run.request.images and not compacting:
@@ -88,7 +91,7 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, project: 
     run.generate = generate and not compacting
     threshold = body.compact_threshold(engine.max_model_len)
     if compacting or overflowed or (threshold is not None and len(run.request.prompt_token_ids) > threshold):
-        run.before = _compacting(context, conversation, body, fetched, hosted, loop)
+        run.before = _compacting(context, conversation, body, fetched, hosted, loop, keys)
     link = ConversationLink(project_store, body.conversation) if body.conversation and project_store else None
     keep_items = store is not None or link is not None or earlier is not None
     input_items = stored_input_items(body, context.ids) if keep_items else []
@@ -103,22 +106,23 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, project: 
 
 
 async def _first_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
-                     fetched: Mapping[str, bytes], hosted: HostedTools, compacting: bool) -> tuple[ResponseRun, bool]:
+                     fetched: Mapping[str, bytes], hosted: HostedTools, compacting: bool,
+                     keys: PromptKeys) -> tuple[ResponseRun, bool]:
     """The run as asked, and whether the conversation overflowed the context and is to be compacted first
     (`--compact-on-overflow`, truncation unset). A run to be compacted first is rendered with truncation "auto": it
     stands in until the compacted one replaces it."""
     stand_in = conversation.model_copy(update={"truncation": "auto"})
     if compacting:
-        return await prepare_run(context, stand_in, body, fetched, hosted), False
+        return await prepare_run(context, stand_in, body, fetched, hosted, keys=keys), False
     try:
-        return await prepare_run(context, conversation, body, fetched, hosted), False
+        return await prepare_run(context, conversation, body, fetched, hosted, keys=keys), False
     except RequestError as error:
         if not (error.code == "context_length_exceeded" and body.truncation is None
                 and context.config.compact_on_overflow):
             raise
         overflow = error
     try:
-        return await prepare_run(context, stand_in, body, fetched, hosted), True
+        return await prepare_run(context, stand_in, body, fetched, hosted, keys=keys), True
     except RequestError:
         raise overflow from None  # not even the newest items fit: the summary would not either
 
@@ -129,7 +133,8 @@ async def input_token_count(context: ServingContext, body: ResponsesRequest, pro
     hosted = await hosted_tools(conversation, body, context.config.mcp)
     if hosted.unavailable is not None:
         raise DependencyFailed(hosted.unavailable.error or "", param="tools")
-    run = await prepare_run(context, conversation, body, await images_fetched(context, conversation, body), hosted)
+    run = await prepare_run(context, conversation, body, await images_fetched(context, conversation, body), hosted,
+                            keys=prompt_keys(body, project, continuable=False))
     engine, _ = context.started()
     return await engine.prompt_length(run.request)
 
@@ -178,15 +183,16 @@ async def conversation_of(context: ServingContext, body: ResponsesRequest, proje
     """The request with its stored history before it (from its last compaction on; `project`'s only) and sealed
     items opened: what the model sees."""
     store = context.project_store(project)
-    history = since_last_compaction(rendered_codex_items(await with_history(body, store, earlier)))
+    history = since_last_compaction(rendered_codex_items(await with_history(body, store, earlier,
+                                                                            context.known_chains, project)))
     conversation = open_sealed_items(history, context.sealer)
     await read_files(conversation, body, context.file_texts)
     return conversation
 
 
 def _compacting(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
-                fetched: Mapping[str, bytes], hosted: HostedTools,
-                loop: HostedLoop | None) -> Callable[[], Awaitable[Continuation]]:
+                fetched: Mapping[str, bytes], hosted: HostedTools, loop: HostedLoop | None,
+                keys: PromptKeys) -> Callable[[], Awaitable[Continuation]]:
     """The step before an automatically compacted response's answer: the model summarizes the conversation, as for
     `POST /v1/responses/compact`, and the answer comes from the compaction item alone (as do the passes after
     hosted calls, through `loop`)."""
@@ -204,7 +210,7 @@ def _compacting(context: ServingContext, conversation: ResponsesRequest, body: R
         await read_files(compacted, body, context.file_texts)  # the files it keeps were read: their texts are kept
         if loop is not None:
             loop.conversation = compacted
-        return Continuation(item, await prepare_run(context, compacted, body, fetched, hosted),
+        return Continuation(item, await prepare_run(context, compacted, body, fetched, hosted, keys=keys),
                             _usage(summary.response()))
 
     return compact
@@ -233,10 +239,11 @@ async def images_fetched(context: ServingContext, conversation: ResponsesRequest
 
 async def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
                       fetched: Mapping[str, bytes] = MappingProxyType({}),
-                      hosted: HostedTools | None = None, spent: int = 0) -> ResponseRun:
+                      hosted: HostedTools | None = None, spent: int = 0, keys: PromptKeys | None = None) -> ResponseRun:
     """The run for `conversation` (the request with its history), echoing `body` (the request as sent), with the
     bytes of its image URLs `fetched`; its MCP servers' tools offered as `hosted` lists them (none: not offered).
-    `spent`: the output tokens earlier passes of the response took from its `max_output_tokens`."""
+    `spent`: the output tokens earlier passes of the response took from its `max_output_tokens`. `keys`: where its
+    prompt finds the known prompt it extends, and is kept for the next turn."""
     served = context.config.served_model_name
     if body.model is not None and body.model != served:
         raise NotFound(f"The model '{body.model}' does not exist; this server serves '{served}'.",
@@ -249,8 +256,7 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
     conversation = without_image_tool(conversation, engine.input_modalities)
     params = checked_images(body, engine.input_modalities, fetched)  # before rendering: a bad image names its part
     await asyncio.to_thread(check_schemas, conversation)  # before rendering, which writes them out; off the loop
-    rendered = await asyncio.get_running_loop().run_in_executor(context.renderer, render_to_fit, path.render,
-                                                                conversation, engine.max_model_len)
+    rendered = await rendered_prompt(context, conversation, keys)
     images = await decoded_images(rendered.images, params, context.work_pool, fetched,
                                   context.config.max_request_pixels)  # those the prompt kept
     prompt = rendered.token_ids
@@ -273,6 +279,7 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
     builder = ResponseBuilder(settings, ids=context.ids, clock=context.clock, seal_reasoning=seal,
                               summarize_reasoning=body.wants_reasoning_summary())
     parser = path.new_parser(rendered)
+    remember_prompt(context, keys, builder.response_id, rendered)
     return ResponseRun(
         engine=engine,
         request=EngineRequest(builder.response_id, prompt, sampling, images),
@@ -298,6 +305,7 @@ class HostedLoop:
     conversation: ResponsesRequest  # the request with its history, as the first pass saw it
     body: ResponsesRequest
     fetched: Mapping[str, bytes]
+    keys: PromptKeys | None = None  # where the passes find the prompt they extend
     passes: int = 1
 
     def listings(self) -> list[ListedTools]:
@@ -323,7 +331,13 @@ class HostedLoop:
             [item.model_dump(mode="json", exclude_none=True) for item in output if item.type != "compaction"])
         update = {"input": items, "tool_choice": "none" if last else "auto", "max_tool_calls": None if last else left}
         return await prepare_run(self.context, self.conversation.model_copy(update=update), self.body, self.fetched,
-                                 self.tools, spent=output_tokens)
+                                 self.tools, spent=output_tokens, keys=self.keys)
+
+
+def prompt_keys(body: ResponsesRequest, project: str, continuable: bool) -> PromptKeys:
+    """Where a turn of `project` finds the prompt it extends, and files its own (`continuable`: under its
+    response's id too, for a next turn naming it)."""
+    return PromptKeys(project, body.previous_response_id, body.conversation, body.prompt_cache_key, continuable)
 
 
 def _constraints(path: ModelPath, conversation: ResponsesRequest, rendered: RenderedPrompt,

@@ -102,6 +102,10 @@ class ResponseStore(Protocol):
         """Delete the response if it is `project`'s."""
         ...
 
+    async def count_responses(self, response_ids: list[str], project: str) -> int:
+        """How many of the responses are stored, and `project`'s."""
+        ...
+
     async def response_project(self, response_id: str) -> str | None:
         """The project the response belongs to (None: no such response)."""
         ...

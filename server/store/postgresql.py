@@ -114,6 +114,14 @@ class PostgresStore:
     async def delete(self, response_id: str, project: str) -> bool:
         return await self._count("DELETE FROM responses WHERE id = %s AND project = %s", (response_id, project)) > 0
 
+    async def count_responses(self, response_ids: list[str], project: str) -> int:
+        async def read(db: Connection) -> int:
+            row = await (await db.execute("SELECT count(*) FROM responses WHERE project = %s AND id = ANY(%s)",
+                                          (project, response_ids))).fetchone()
+            return int(row[0])
+
+        return await self._run(read)
+
     async def response_project(self, response_id: str) -> str | None:
         rows = await self._rows("SELECT project FROM responses WHERE id = %s", (response_id,))
         return rows[0][0] if rows else None

@@ -126,6 +126,12 @@ class SqliteStore:
         return await self._run(lambda db: db.execute(
             "DELETE FROM responses WHERE id = ? AND project = ?", (response_id, project)).rowcount > 0)
 
+    async def count_responses(self, response_ids: list[str], project: str) -> int:
+        marks = ", ".join("?" * len(response_ids))
+        return await self._run(lambda db: db.execute(
+            f"SELECT count(*) FROM responses WHERE project = ? AND id IN ({marks})",
+            (project, *response_ids)).fetchone()[0]) if response_ids else 0
+
     async def response_project(self, response_id: str) -> str | None:
         row = await self._run(lambda db: db.execute("SELECT project FROM responses WHERE id = ?",
                                                     (response_id,)).fetchone())

@@ -44,6 +44,9 @@ class ProjectStore:
     async def delete(self, response_id: str) -> bool:
         return await self.store.delete(response_id, self.project)
 
+    async def count_responses(self, response_ids: list[str]) -> int:
+        return await self.store.count_responses(response_ids, self.project)
+
     async def input_items(self, response_id: str, after: str | None, limit: int,
                           order: Order) -> tuple[list[dict[str, Any]], bool]:
         if not await self._owns(response_id):
