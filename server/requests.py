@@ -541,12 +541,14 @@ class ResponsesRequest(_Lenient):
         return min(given) if given else context_length * 3 // 4
 
     def content_parts(self) -> Iterator[tuple[str, ContentPart]]:
-        """(param, part) for each content part of the input: in messages and in tool outputs."""
+        """(param, part) for each content part the input sends as a list of parts, in messages and tool outputs:
+        where files and images are (content sent as a string is text alone, and is not made into a part: a long
+        history's every turn would copy it)."""
         for index, item in enumerate(self.input_items()):
-            if isinstance(item, (MessageItem, ToolOutput)):
-                where = "content" if isinstance(item, MessageItem) else "output"
-                for position, part in enumerate(item.parts()):
-                    yield f"input[{index}].{where}[{position}]", part
+            if isinstance(item, MessageItem) and isinstance(item.content, list):
+                yield from ((f"input[{index}].content[{position}]", part) for position, part in enumerate(item.content))
+            elif isinstance(item, ToolOutput) and isinstance(item.output, list):
+                yield from ((f"input[{index}].output[{position}]", part) for position, part in enumerate(item.output))
 
     def input_items(self) -> list[Any]:
         """The input as a list of items (a string input is one user message; an empty one, none)."""
