@@ -143,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--max-concurrent-requests", type=int, default=None, metavar="N",
                         help="at most N responses generate at once; past it, a request waits --admission-wait "
                              "seconds for a place, then is a 429 with Retry-After (default: no cap)")
+    server.add_argument("--history-memory-mb", type=int, default=256, metavar="MIB",
+                        help="what each API process keeps of recent turns (their prompts' text and tokens; chains' "
+                             "validated history), within this many MiB each, so that a session's next turn renders, "
+                             "tokenizes and reads only what it adds; least recently used first out (default 256; "
+                             "0: nothing kept, every turn in full)")
     server.add_argument("--admission-wait", type=float, default=30.0, metavar="SECONDS",
                         help="how long a request past --max-concurrent-requests waits for a place before its 429 "
                              "(default 30; Codex ends its thread on a 429, so a wait serves it better; 0: at once)")

@@ -26,6 +26,9 @@ class ServerConfig:
     harmony: bool = False  # force the harmony (gpt-oss) path
     max_body_bytes: int = 32 * 1024 * 1024  # Codex sends hundreds of KiB; far more is a mistake or an attack
     max_concurrent_requests: int | None = None  # responses generating at once; past it, a wait, then 429
+    # What an API process keeps of recent turns so the next renders and reads only what it adds: known prompts (and
+    # harmony's rendered messages), and known chains, each within this many bytes
+    history_memory_bytes: int = 256 * 1024 * 1024
     admission_wait_seconds: float = 0.0  # how long a request past the cap waits for a place (0: a 429 at once)
     # A request whose history overflows the context, truncation unset: compacted first and answered (False: a 400)
     compact_on_overflow: bool = False

@@ -160,6 +160,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         harmony=args.harmony,
         max_body_bytes=args.max_body_bytes,
         max_concurrent_requests=args.max_concurrent_requests,
+        history_memory_bytes=args.history_memory_mb * 1024 * 1024,
         admission_wait_seconds=args.admission_wait,
         compact_on_overflow=args.compact_on_overflow,
         send_timeout_seconds=args.send_timeout,

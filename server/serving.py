@@ -61,8 +61,8 @@ class ServingContext:
     # Prompts rendered and tokenized off the event loop, one at a time: a long history takes a thread, not every
     # stream of the process (the tokenizer releases the GIL), and a tokenizer is not shared between threads at once.
     renderer: ThreadPoolExecutor = field(init=False)
-    known_prompts: KnownPrompts = field(default_factory=KnownPrompts)  # recent prompts, for the turns extending them
-    known_chains: KnownChains = field(default_factory=KnownChains)  # recent chains' history, read and validated once
+    known_prompts: KnownPrompts = field(init=False)  # recent prompts, for the turns extending them
+    known_chains: KnownChains = field(init=False)  # recent chains' history, read and validated once
     authenticator: Authenticator = field(init=False)  # who a request comes from (server/tenancy)
     limiter: Limiter = field(init=False)  # each project's limits, and every response's usage (server/tenancy)
 
@@ -71,6 +71,8 @@ class ServingContext:
         self.work_pool = WorkPool(self.config.input_work)
         self.file_texts = FileTexts(self.work_pool)
         self.renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
+        self.known_prompts = KnownPrompts(self.config.history_memory_bytes)
+        self.known_chains = KnownChains(self.config.history_memory_bytes)
         self.authenticator = Authenticator(declared_keys(self.config.api_keys, self.config.projects.keys),
                                            table=self.store, clock=self.clock)
         projects = self.config.projects

@@ -3,14 +3,22 @@ open once, and a turn that extends a known prompt tokenizes only what it adds; w
 
 from __future__ import annotations
 
+import json
+import random
+import subprocess
+import sys
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from server.bundled_model import BUNDLED_MODEL_NAME, ensure_bundled_model
 from server.config import ServerConfig
+from server.engine.recording import Recording
 from server.history.sealing import Sealer
 from server.http.app import create_app
 from server.metrics import PROMPT_RENDERS, PROMPT_TOKENS
@@ -18,6 +26,7 @@ from server.serving import ServingContext
 from server.store.sqlite import SqliteStore
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine
+from tests.servers import RunningServer
 from tests.test_server import MODEL, Harness
 from tests.test_store import open_url, say
 
@@ -28,13 +37,17 @@ class CountingStore:
 
     inner: Any
     calls: Counter[str] = field(default_factory=Counter)
+    items_read: int = 0  # conversation items read
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.inner, name)
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             self.calls[name] += 1
-            return await method(*args, **kwargs)
+            result = await method(*args, **kwargs)
+            if name == "conversation_items":
+                self.items_read += len(result[0])
+            return result
 
         return call
 
@@ -97,6 +110,38 @@ def test_a_known_chain_with_a_deleted_response_is_not_continued(tokenizer: Any, 
         assert ids[1] in refused.json()["error"]["message"]
 
 
+def test_a_conversation_turn_reads_only_the_items_added_since(tokenizer: Any, store_url: str) -> None:
+    """Each turn of a conversation reads the items added since the last (its previous turn's input and output),
+    not all of them; an item deleted meanwhile is read around, as a server that knew nothing reads it."""
+    store = CountingStore(open_url(store_url))
+    engine, server, _ = _served(tokenizer, store)
+    with server as base_url:
+        harness = Harness(engine, base_url)
+        conversation = harness.client.conversations.create().id
+        reads = []
+        for turn in range(6):
+            harness.play(say(tokenizer, f"Answer {turn}."))
+            before = store.items_read
+            assert harness.post(input=f"Question {turn}?", conversation=conversation).status_code == 200
+            reads.append(store.items_read - before)
+        assert reads[2:] == [2] * 4, reads  # the turn before's question and answer (read whole: 2, 4, ... 10)
+        items = harness.client.conversations.items.list(conversation, order="asc").data
+        harness.client.conversations.items.delete(items[2].id, conversation_id=conversation)
+        harness.play(say(tokenizer, "Last."))
+        assert harness.post(input="And now?", conversation=conversation).status_code == 200
+        warm_prompt = engine.requests[-1].prompt_token_ids
+        harness.play(say(tokenizer, "Again."))
+    cold_engine, cold_server, _ = _served(tokenizer, open_url(store_url))
+    with cold_server as base_url:
+        cold = Harness(cold_engine, base_url)
+        cold.play(say(tokenizer, "Last."))
+        items = cold.client.conversations.items.list(conversation, order="asc").data
+        cold.client.conversations.items.delete(items[-1].id, conversation_id=conversation)  # the answer "Last."
+        cold.client.conversations.items.delete(items[-2].id, conversation_id=conversation)  # and "And now?"
+        assert cold.post(input="And now?", conversation=conversation).status_code == 200
+        assert cold_engine.requests[-1].prompt_token_ids == warm_prompt
+
+
 def test_a_sealed_item_sent_every_turn_is_opened_once(tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     opened: list[str] = []
     decrypt = Sealer._decrypt
@@ -146,3 +191,68 @@ def test_a_stateless_turn_with_a_prompt_cache_key_tokenizes_what_it_adds(tokeniz
         cold.play(say(tokenizer, "Looked."))
         assert cold.post(input=history[:-2], store=False).status_code == 200
         assert cold_engine.requests[-1].prompt_token_ids == prompts[-1]
+
+
+LINE = "    value_{a} = compute_{b}(item_{c}, limit={d})  # step {e} of the loop\n"
+
+
+def _long_history(calls: int, lines: int) -> list[dict[str, Any]]:
+    """A Codex-like stateless input of `calls` shell calls whose outputs are pseudo-code (~`lines` * 26 tokens)."""
+    rng = random.Random(7)
+    items: list[dict[str, Any]] = [{"role": "user", "content": "Find the bug."}]
+    for n in range(calls):
+        output = "".join(LINE.format(a=rng.randrange(10**4), b=rng.randrange(10**3), c=rng.randrange(10**4),
+                                     d=rng.randrange(100), e=rng.randrange(10**5)) for _ in range(lines))
+        items += [{"type": "function_call", "call_id": f"call_{n}", "name": "shell", "arguments": "{}"},
+                  {"type": "function_call_output", "call_id": f"call_{n}", "output": output}]
+    return items
+
+
+# A stream watched from a process of its own (the test's threads would hold the watcher up with their own work):
+# the arrival time of every event, on the clock processes share, one per line.
+WATCHER = """
+import sys, time, httpx
+url, model, out = sys.argv[1:4]
+with open(out, "w", buffering=1) as arrivals:
+    while True:
+        with httpx.stream("POST", url, timeout=120, json={"model": model, "input": "Count.", "stream": True,
+                                                          "store": False, "max_output_tokens": 40000}) as reply:
+            for line in reply.iter_lines():
+                if line.startswith("data:"):
+                    arrivals.write(f"{time.monotonic()}\\n")
+"""
+
+
+def test_a_long_turn_being_prepared_does_not_stall_another_stream(tmp_path: Path) -> None:
+    """While a fresh ~180k-token turn is read, validated, rendered and tokenized, a stream already running on the
+    same process keeps sending: its slowest gap between two events is a small part of the preparation (on the event
+    loop it would be all of it), whatever the machine's load does to both."""
+    recording = tmp_path / "replay.jsonl"
+    recording.write_text(Recording([], [[28]] * 40_000, "stop").to_json() + "\n")
+    server = RunningServer(["--model", str(ensure_bundled_model()), "--served-model-name", BUNDLED_MODEL_NAME,
+                            "--replay-engine-output", str(recording), "--max-model-len", "262144"],
+                           tmp_path / "server.log")
+    body = json.dumps({"model": BUNDLED_MODEL_NAME, "input": _long_history(calls=36, lines=190), "stream": True,
+                       "store": False, "max_output_tokens": 2}).encode()
+    arrivals = tmp_path / "arrivals"
+    watcher = subprocess.Popen([sys.executable, "-c", WATCHER, f"{server.base_url}/responses", BUNDLED_MODEL_NAME,
+                                str(arrivals)])
+    try:
+        while not arrivals.exists() or len(arrivals.read_text().splitlines()) < 50:
+            time.sleep(0.01)
+        started = time.monotonic()
+        with httpx.stream("POST", f"{server.base_url}/responses", content=body, timeout=120,
+                          headers={"content-type": "application/json"}) as reply:
+            lines = [line for line in reply.iter_lines() if line.startswith("data:")]
+        prepared = time.monotonic() - started  # an upper bound on the preparation: the turn's whole exchange
+    finally:
+        watcher.kill()
+        watcher.wait()
+        server.stop()
+    events = [json.loads(line[5:]) for line in lines]
+    assert events[0]["type"] == "response.created" and events[-1]["response"]["usage"]["input_tokens"] > 170_000
+    moments = [float(line) for line in arrivals.read_text().splitlines()[:-1]]
+    window = [moment for moment in moments if started <= moment <= started + prepared]
+    gaps = [later - earlier for earlier, later in zip(window, window[1:])]
+    assert len(window) > 20, f"{len(window)} events of the running stream in {prepared:.2f} s"
+    assert max(gaps) < prepared / 4, f"slowest gap {max(gaps):.3f} s of {prepared:.3f} s"

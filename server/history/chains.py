@@ -1,5 +1,5 @@
-"""Known chains: the validated history behind recent responses, so that a turn continuing one by
-`previous_response_id` reads and validates only the responses the server has not seen."""
+"""Known chains: the validated history behind recent responses and conversations, so that a turn continuing one
+(by `previous_response_id` or `conversation`) reads and validates only what the server has not seen."""
 
 from __future__ import annotations
 
@@ -21,32 +21,47 @@ class KnownChain:
     size: int  # the bytes of the stored items it was read from, near enough to bound a cache by
 
 
+@dataclass(frozen=True)
+class KnownConversation:
+    """A conversation's items as the model reads them, validated, through the item `last_item_id`, the
+    conversation's `count`-th."""
+
+    items: tuple[Any, ...]
+    last_item_id: str
+    count: int
+    size: int
+
+
+Known = KnownChain | KnownConversation
+
+
 class KnownChains:
-    """Known chains by (project, last response id), least recently used dropped first past `max_bytes`. Per API
-    process; a chain is used only once its responses are all found still stored (a deleted one is not continued)."""
+    """Known chains by (project, the id of the last response, or of the conversation), least recently used dropped
+    first past `max_bytes`. Per API process; what is known is used only once the store confirms it still holds it
+    (a deleted response is not continued, a conversation whose items were deleted is read again)."""
 
     def __init__(self, max_bytes: int = DEFAULT_KNOWN_CHAIN_BYTES) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._chains: OrderedDict[tuple[str, str], KnownChain] = OrderedDict()
+        self._known: OrderedDict[tuple[str, str], Known] = OrderedDict()
 
-    def find(self, project: str, response_id: str) -> KnownChain | None:
-        chain = self._chains.get((project, response_id))
-        if chain is not None:
-            self._chains.move_to_end((project, response_id))
-        return chain
+    def find(self, project: str, key: str) -> Known | None:
+        known = self._known.get((project, key))
+        if known is not None:
+            self._known.move_to_end((project, key))
+        return known
 
-    def keep(self, project: str, chain: KnownChain) -> None:
-        if not chain.response_ids or chain.size > self.max_bytes:
+    def keep(self, project: str, key: str, known: Known) -> None:
+        if known.size > self.max_bytes:
             return
-        self.forget(project, chain.response_ids[-1])
-        self._chains[(project, chain.response_ids[-1])] = chain
-        self.bytes += chain.size
+        self.forget(project, key)
+        self._known[(project, key)] = known
+        self.bytes += known.size
         while self.bytes > self.max_bytes:
-            _, dropped = self._chains.popitem(last=False)
+            _, dropped = self._known.popitem(last=False)
             self.bytes -= dropped.size
 
-    def forget(self, project: str, response_id: str) -> None:
-        dropped = self._chains.pop((project, response_id), None)
+    def forget(self, project: str, key: str) -> None:
+        dropped = self._known.pop((project, key), None)
         if dropped is not None:
             self.bytes -= dropped.size

@@ -10,7 +10,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from server.errors import NotFound, RequestError, invalid_value
 from server.requests import CompactionItem, InputItem, MessageItem, ResponsesRequest, ToolOutput
-from server.history.chains import KnownChain, KnownChains
+from server.history.chains import KnownChain, KnownChains, KnownConversation
 from server.store.interface import RUNNING, StoredResponse
 from server.tenancy.keys import DEFAULT_PROJECT
 from server.tenancy.project_store import ProjectStore
@@ -67,7 +67,7 @@ async def with_history(request: ResponsesRequest, store: ProjectStore | None,
     Instructions are not inherited (as in OpenAI's API): only this request's apply.
     """
     if request.conversation is not None:
-        return await _with_conversation(request, store)
+        return await _with_conversation(request, store, chains, project)
     if request.previous_response_id is None:
         return request
     chain = await _chain(request.previous_response_id, store, earlier or {}, chains, project)
@@ -82,10 +82,10 @@ async def _chain(response_id: str, store: ProjectStore | None, earlier: Mapping[
     known: KnownChain | None = None
     current: str | None = response_id
     while current is not None:
-        known = chains.find(project, current) if chains is not None else None
-        if known is not None and await _still_stored(known, store, earlier):
+        found = chains.find(project, current) if chains is not None else None
+        if isinstance(found, KnownChain) and await _still_stored(found, store, earlier):
+            known = found
             break
-        known = None
         record = earlier.get(current) or (await store.get(current) if store is not None else None)
         if record is None:
             raise NotFound(f"Previous response with id '{current}' not found.",
@@ -98,7 +98,7 @@ async def _chain(response_id: str, store: ProjectStore | None, earlier: Mapping[
                        (known.items if known else ()) + tuple(_ITEMS.validate_python(_plaintext(added))),
                        (known.size if known else 0) + len(json.dumps(added)))
     if chains is not None and records and not any(record.status in RUNNING for record in records):
-        chains.keep(project, chain)
+        chains.keep(project, chain.response_ids[-1], chain)
     return chain
 
 
@@ -117,15 +117,37 @@ def since_last_compaction(request: ResponsesRequest) -> ResponsesRequest:
     return request.model_copy(update={"input": items[last:]}) if last else request
 
 
-async def _with_conversation(request: ResponsesRequest, store: ProjectStore | None) -> ResponsesRequest:
+async def _with_conversation(request: ResponsesRequest, store: ProjectStore | None, chains: KnownChains | None,
+                             project: str) -> ResponsesRequest:
     """The conversation's items, oldest first, before this request's input."""
     if request.previous_response_id is not None:
         raise RequestError("conversation and previous_response_id cannot be used together.", param="conversation")
     assert request.conversation is not None
     if store is None or await store.get_conversation(request.conversation) is None:
         raise NotFound(f"Conversation with id '{request.conversation}' not found.", param="conversation")
-    history, _ = await store.conversation_items(request.conversation, None, None, "asc")
-    return request.model_copy(update={"input": _ITEMS.validate_python(_plaintext(history)) + request.input_items()})
+    items = await _conversation_items(request.conversation, store, chains, project)
+    return request.model_copy(update={"input": [*items, *request.input_items()]})
+
+
+async def _conversation_items(conversation_id: str, store: ProjectStore, chains: KnownChains | None,
+                              project: str) -> tuple[Any, ...]:
+    """The conversation's items, validated: those known, and the ones added since (read after the last known one)
+    when the store's count says nothing else changed; else all of them, read again."""
+    known = chains.find(project, conversation_id) if chains is not None else None
+    count = await store.count_conversation_items(conversation_id) if known is not None else None
+    added: list[dict[str, Any]] = []
+    if isinstance(known, KnownConversation) and count is not None and count >= known.count:
+        added, _ = await store.conversation_items(conversation_id, known.last_item_id, None, "asc")
+    if not isinstance(known, KnownConversation) or count != known.count + len(added):
+        known, (added, _) = None, await store.conversation_items(conversation_id, None, None, "asc")
+    if known is not None and not added:
+        return known.items
+    items = (known.items if known else ()) + tuple(_ITEMS.validate_python(_plaintext(added)))
+    if chains is not None and items:
+        last = added[-1]["id"] if added else ""
+        chains.keep(project, conversation_id, KnownConversation(items, last, (known.count if known else 0) + len(added),
+                                                                (known.size if known else 0) + len(json.dumps(added))))
+    return items
 
 
 def _plaintext(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -51,7 +51,7 @@ class HarmonyPath:
         self._encoding = harmony_encoding()
         self._today = today
         self._stop_tokens = tuple(self._encoding.stop_tokens_for_assistant_actions())
-        self._messages = HarmonyMessageTokens(self._encoding)  # each message tokenized once
+        self._messages = HarmonyMessageTokens(self._encoding, config.history_memory_bytes)  # each message rendered once
         # Reserved harmony tokens are not special to xgrammar (gpt-oss's tokenizer does not list them as such), so a
         # grammar's free text or JSON string could take one; they are banned from sampling instead.
         self._banned_tokens = HarmonyTokens.of(self._encoding).banned()

@@ -227,6 +227,10 @@ class PostgresStore:
         return await self._run(lambda db: _page(db, "conversation_items", "conversation_id", conversation_id,
                                                 after, limit, order))
 
+    async def count_conversation_items(self, conversation_id: str) -> int:
+        rows = await self._rows("SELECT count(*) FROM conversation_items WHERE conversation_id = %s", (conversation_id,))
+        return int(rows[0][0])
+
     async def conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None:
         rows = await self._rows("SELECT item FROM conversation_items WHERE conversation_id = %s AND item_id = %s",
                                 (conversation_id, item_id))

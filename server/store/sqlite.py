@@ -249,6 +249,10 @@ class SqliteStore:
             (conversation_id, item_id)).fetchone())
         return json.loads(row[0]) if row else None
 
+    async def count_conversation_items(self, conversation_id: str) -> int:
+        return await self._run(lambda db: db.execute(
+            "SELECT count(*) FROM conversation_items WHERE conversation_id = ?", (conversation_id,)).fetchone()[0])
+
     async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
         return await self._run(lambda db: db.execute(
             "DELETE FROM conversation_items WHERE conversation_id = ? AND item_id = ?",

@@ -91,6 +91,11 @@ class ProjectStore:
             return [], False
         return await self.store.conversation_items(conversation_id, after, limit, order)
 
+    async def count_conversation_items(self, conversation_id: str) -> int:
+        if await self.get_conversation(conversation_id) is None:
+            return 0
+        return await self.store.count_conversation_items(conversation_id)
+
     async def conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None:
         if await self.get_conversation(conversation_id) is None:
             return None
