@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from hypothesis import strategies as st
 
-from tests.hostile import Findings, serve_costly, serve_mutations
+from tests.hostile import MARKER, Findings, serve_costly, serve_foreign_ids, serve_mutations
 from tests.sse import events_of, parse_frames, sse_lines
 from conformance.contract import ContractViolation, validate_events
 
@@ -77,9 +77,10 @@ def _problem(status: int, content_type: str, body: bytes) -> str | None:
 
 
 @contextmanager
-def fuzz_server() -> Iterator[str]:
+def fuzz_server(projects: Any = None) -> Iterator[str]:
     """The real app on a socket, a scripted engine that answers at once (and says it sees, so image parts reach
-    the decoder; URLs may be fetched from 127.0.0.1 only), a store in a temporary directory."""
+    the decoder; URLs may be fetched from 127.0.0.1 only), a store in a temporary directory. `projects`: a
+    ProjectsFile (its keys then needed), else keyless."""
     from server.attachments.work_pool import WorkLimits
     from server.config import ServerConfig
     from server.engine.vllm_engine import load_tokenizer
@@ -100,10 +101,33 @@ def fuzz_server() -> Iterator[str]:
         config = ServerConfig(served_model_name=MODEL, max_body_bytes=4 * 1024 * 1024,
                               allowed_media_domains=("127.0.0.1",), input_work=WorkLimits(seconds=2.0),
                               mcp=McpSettings(servers={"calc": mcp.url}, allowed_domains=("127.0.0.1",),
-                                              connect_seconds=2, call_seconds=2))
+                                              connect_seconds=2, call_seconds=2),
+                              **({"projects": projects} if projects is not None else {}))
         context = ServingContext(config=config, engine_factory=lambda: engine, store=SqliteStore(Path(data) / "fuzz.db"))
         with serve_in_thread(create_app(context)) as base_url:
             yield base_url.removesuffix("/v1")
+
+
+PROJECT_KEYS = {"alpha": "alpha-fuzz-key-0123456789abcdef", "beta": "beta-fuzz-key-0123456789abcdef"}
+
+
+@contextmanager
+def two_projects() -> Iterator[tuple[str, str, dict[str, str]]]:
+    """The fuzz server with two projects; beta's stored response, conversation and item (each holding MARKER) made.
+    Yields the root, alpha's key and beta's ids."""
+    import hashlib
+
+    from server.tenancy.keys import ApiKey
+    from server.tenancy.projects_file import ProjectsFile
+
+    keys = tuple(ApiKey(id=f"file_{name}", name=name, project=name, hash=hashlib.sha256(key.encode()).hexdigest())
+                 for name, key in PROJECT_KEYS.items())
+    with fuzz_server(ProjectsFile(keys)) as root, httpx.Client(
+            base_url=root, timeout=60, headers={"Authorization": f"Bearer {PROJECT_KEYS['beta']}"}) as beta:
+        response = beta.post("/v1/responses", json={"model": MODEL, "input": f"Keep {MARKER}."}).json()["id"]
+        conversation = beta.post("/v1/conversations", json={"items": [{"role": "user", "content": MARKER}]}).json()
+        item = beta.get(f"/v1/conversations/{conversation['id']}/items").json()["data"][0]["id"]
+        yield root, PROJECT_KEYS["alpha"], {"response": response, "conversation": conversation["id"], "item": item}
 
 
 def _settings(cases: int) -> settings:
@@ -449,6 +473,8 @@ def main() -> None:
         serve_mutations(root, MODEL, hostile)
         serve_mutations(root, MODEL, hostile, every=4, websocket=True)
         still_healthy = healthy(root)
+    with two_projects() as (root, key, theirs):
+        serve_foreign_ids(root, MODEL, key, theirs, hostile)
     counts.violations += hostile.problems
     for status, number in hostile.statuses.items():
         counts.statuses[status] += number

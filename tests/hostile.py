@@ -297,3 +297,117 @@ def _answered(socket: Any) -> tuple[int, dict[str, Any]]:
             return int(event.get("status", 0)), event
         if event["type"] in ("response.completed", "response.failed", "response.incomplete"):
             return 200, event
+
+
+# -- another project's ids, everywhere an id goes ------------------------------------------------------------------
+
+MARKER = "beta-private-7f3c"  # in every object the other project makes: an answer holding it is a leak
+
+
+def foreign_id_cases(ids: dict[str, str]) -> Iterator[tuple[str, str, str, dict[str, Any] | None]]:
+    """(label, method, path, body) for every place a request names an object by id, naming the one in `ids`
+    (`response`, `conversation`, `item`): the routes over stored objects, and the fields of a request body."""
+    response, conversation, item = ids["response"], ids["conversation"], ids["item"]
+    yield "get response", "GET", f"/v1/responses/{response}", None
+    yield "replay response", "GET", f"/v1/responses/{response}?stream=true&starting_after=0", None
+    yield "input items", "GET", f"/v1/responses/{response}/input_items", None
+    yield "input items after", "GET", f"/v1/responses/{response}/input_items?after={item}", None
+    yield "cancel", "POST", f"/v1/responses/{response}/cancel", None
+    yield "delete response", "DELETE", f"/v1/responses/{response}", None
+    yield "get conversation", "GET", f"/v1/conversations/{conversation}", None
+    yield "update conversation", "POST", f"/v1/conversations/{conversation}", {"metadata": {"k": "v"}}
+    yield "conversation items", "GET", f"/v1/conversations/{conversation}/items", None
+    yield "add items", "POST", f"/v1/conversations/{conversation}/items", {"items": [{"role": "user", "content": "x"}]}
+    yield "get item", "GET", f"/v1/conversations/{conversation}/items/{item}", None
+    yield "delete item", "DELETE", f"/v1/conversations/{conversation}/items/{item}", None
+    yield "delete conversation", "DELETE", f"/v1/conversations/{conversation}", None
+    for path in ("/v1/responses", "/v1/responses/input_tokens", "/v1/responses/compact"):
+        yield f"{path} previous_response_id", "POST", path, {"input": "go on", "previous_response_id": response}
+        yield f"{path} conversation", "POST", path, {"input": "go on", "conversation": conversation}
+    yield "stream previous_response_id", "POST", "/v1/responses", {"input": "go on", "stream": True,
+                                                                   "previous_response_id": response}
+    yield "background previous_response_id", "POST", "/v1/responses", {"input": "go on", "background": True,
+                                                                       "previous_response_id": response}
+    for seed in sdk_item_seeds():  # every item type, its own id (and an approval's request id) naming theirs
+        kind = seed.get("type") or "message"
+        for name in ("id", "approval_request_id"):
+            if name in seed or name == "id":
+                value = item if name == "id" else response
+                yield f"{kind}.{name}", "POST", "/v1/responses", _body([{**seed, name: value}]
+                                                                     if kind != "function_call_output"
+                                                                     else [_CALL, {**seed, name: value}])
+
+
+def random_ids(ids: dict[str, str]) -> dict[str, str]:
+    """Ids of the same kinds and shapes that name nothing."""
+    return {kind: value.split("_", 1)[0] + "_" + "0" * len(value.split("_", 1)[1]) for kind, value in ids.items()}
+
+
+def serve_foreign_ids(root: str, model: str, key: str, theirs: dict[str, str], findings: Findings,
+                      websocket: bool = True) -> None:
+    """Every case of `foreign_id_cases` with `key` (one project's) naming `theirs` (another's), then naming ids that
+    do not exist: no 5xx, nothing of theirs in any answer, and each answer what a random id gets (the same status;
+    the same message, the id aside). A case that differs is a problem."""
+    headers = {"Authorization": f"Bearer {key}"}
+    unknown = random_ids(theirs)
+    with httpx.Client(base_url=root, timeout=60, headers=headers) as client:
+        for (label, method, path, body), (_, _, blank_path, blank_body) in zip(foreign_id_cases(theirs),
+                                                                                 foreign_id_cases(unknown)):
+            answers = []
+            for where, what in ((path, body), (blank_path, blank_body)):
+                payload = {"model": model, **what} if what is not None and where.startswith("/v1/responses") else what
+                answer = client.request(method, where, json=payload)
+                answers.append((answer.status_code, _without_ids(answer.text, theirs, unknown)))
+            (status, text), (blank_status, blank_text) = answers
+            findings.saw(f"foreign {label}", status, text)
+            _compare(findings, label, status, text, blank_status, blank_text)
+    if websocket:
+        _foreign_over_a_websocket(root, model, headers, theirs, unknown, findings)
+
+
+def _foreign_over_a_websocket(root: str, model: str, headers: dict[str, str], theirs: dict[str, str],
+                              unknown: dict[str, str], findings: Findings) -> None:
+    from websockets.sync.client import connect
+
+    with connect(root.replace("http://", "ws://") + "/v1/responses", max_size=None,
+                 additional_headers=headers) as socket:
+        for field_name, kind in (("previous_response_id", "response"), ("conversation", "conversation")):
+            answers = []
+            for ids in (theirs, unknown):
+                socket.send(json.dumps({"type": "response.create", "model": model, "input": "go on",
+                                        field_name: ids[kind]}))
+                status, last = _answered(socket)
+                answers.append((status, _without_ids(json.dumps(last), theirs, unknown)))
+            (status, text), (blank_status, blank_text) = answers
+            findings.saw(f"ws foreign {field_name}", status, text)
+            _compare(findings, f"ws {field_name}", status, text, blank_status, blank_text)
+
+
+def _compare(findings: Findings, label: str, status: int, text: str, blank_status: int, blank_text: str) -> None:
+    if MARKER in text:
+        findings.problems.append(f"{label}: their object leaked: {text[:300]}")
+    elif (status, _messages(text)) != (blank_status, _messages(blank_text)):
+        findings.problems.append(f"{label}: {status} {text[:200]} where an unknown id gets {blank_status} "
+                                 f"{blank_text[:200]}")
+
+
+def _without_ids(text: str, *ids: dict[str, str]) -> str:
+    for named in ids:
+        for value in named.values():
+            text = text.replace(value, "<id>")
+    return text
+
+
+def _messages(text: str) -> Any:
+    """An answer's error (type, code, param, message), or its status and output for one that was served."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text.count("event:") > 0  # a stream: both streamed
+    if not isinstance(body, dict):
+        return body
+    error = body.get("error")
+    if isinstance(error, dict):
+        return error.get("type"), error.get("code"), error.get("param"), error.get("message")
+    response = body.get("response", body)
+    return response.get("object"), response.get("status") if isinstance(response, dict) else None

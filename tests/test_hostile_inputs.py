@@ -8,8 +8,10 @@ from typing import Iterator
 
 import pytest
 
-from tests.fuzz import MODEL, fuzz_server, healthy
-from tests.hostile import Findings, serve_costly, serve_mutations
+import httpx
+
+from tests.fuzz import MODEL, PROJECT_KEYS, fuzz_server, healthy, two_projects
+from tests.hostile import MARKER, Findings, serve_costly, serve_foreign_ids, serve_mutations
 
 
 @pytest.fixture(scope="module")
@@ -37,3 +39,18 @@ def test_every_sdk_item_type_bent_field_by_field_over_a_websocket(root: str) -> 
     serve_mutations(root, MODEL, findings, every=23, websocket=True)
     assert findings.cases >= 250 and not findings.problems, "\n".join(findings.problems)
     assert healthy(root)
+
+
+def test_another_projects_ids_everywhere_an_id_goes_get_what_an_unknown_id_gets() -> None:
+    """Issue 43: alpha names beta's response, conversation and item on every route, in every body field that
+    takes an id, and on a WebSocket: each answer is the one an id that names nothing gets, none holds beta's text,
+    and beta's objects are unchanged."""
+    findings = Findings()
+    with two_projects() as (root, key, theirs):
+        serve_foreign_ids(root, MODEL, key, theirs, findings)
+        with httpx.Client(base_url=root, headers={"Authorization": f"Bearer {PROJECT_KEYS['beta']}"}) as beta:
+            assert MARKER in beta.get(f"/v1/responses/{theirs['response']}/input_items").text
+            assert beta.get(f"/v1/conversations/{theirs['conversation']}").json().get("metadata") in ({}, None)
+            items = beta.get(f"/v1/conversations/{theirs['conversation']}/items").json()["data"]
+            assert [item["id"] for item in items] == [theirs["item"]]
+    assert findings.cases >= 60 and not findings.problems, "\n".join(findings.problems)
