@@ -15,6 +15,7 @@ from server.attachments.work_pool import WorkLimits
 from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS, BUNDLED_SAMPLING_DEFAULTS
 from server.engine.interface import SAMPLING_KEYS
 from server.launch import build_app, serve
+from server.retrieval.files import DEFAULT_MAX_FILE_BYTES
 from server.tools.mcp_servers import DEFAULT_CALL_SECONDS, DEFAULT_CONNECT_SECONDS, DEFAULT_MAX_OUTPUT_BYTES
 from server.webhooks.sender import WebhookSettings
 
@@ -108,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "of gpt-oss output without the model (no Hugging Face tokenizer is loaded then)")
     server.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024, metavar="N",
                         help="larger request bodies are a 413 (default 32 MiB; Codex sends hundreds of KiB)")
+    server.add_argument("--max-file-bytes", type=int, default=DEFAULT_MAX_FILE_BYTES, metavar="N",
+                        help="a larger upload to /v1/files is a 413 (default 512 MiB, as OpenAI's)")
     server.add_argument("--input-workers", type=int, default=WorkLimits.workers, metavar="N",
                         help="processes that read PDFs and decode images, off the event loop (default 2)")
     server.add_argument("--input-work-seconds", type=float, default=WorkLimits.seconds, metavar="SECONDS",

@@ -7,6 +7,7 @@ from typing import Any
 
 from server.attachments.media import MAX_REQUEST_PIXELS
 from server.attachments.work_pool import WorkLimits
+from server.retrieval.files import DEFAULT_MAX_FILE_BYTES
 from server.tenancy.projects_file import ProjectsFile
 from server.tools.mcp_servers import McpSettings
 from server.webhooks.sender import WebhookSettings
@@ -25,6 +26,7 @@ class ServerConfig:
     tool_call_parser: str | None = None
     harmony: bool = False  # force the harmony (gpt-oss) path
     max_body_bytes: int = 32 * 1024 * 1024  # Codex sends hundreds of KiB; far more is a mistake or an attack
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # one uploaded file (/v1/files), as OpenAI's
     max_concurrent_requests: int | None = None  # responses generating at once; past it, a wait, then 429
     # What an API process keeps of recent turns so the next renders and reads only what it adds: known prompts (and
     # harmony's rendered messages), and known chains, each within this many bytes

@@ -159,6 +159,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         tool_call_parser=args.tool_call_parser,
         harmony=args.harmony,
         max_body_bytes=args.max_body_bytes,
+        max_file_bytes=args.max_file_bytes,
         max_concurrent_requests=args.max_concurrent_requests,
         history_memory_bytes=args.history_memory_mb * 1024 * 1024,
         admission_wait_seconds=args.admission_wait,

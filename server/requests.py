@@ -73,7 +73,7 @@ class ContentPart(_Lenient):
     @model_validator(mode="after")
     def _check_file(self) -> "ContentPart":
         if self.type == "input_file":
-            check_file(getattr(self, "file_data", None), getattr(self, "filename", None))
+            check_file(getattr(self, "file_data", None), getattr(self, "filename", None), getattr(self, "file_id", None))
         return self
 
     def read_as(self, text: str) -> None:

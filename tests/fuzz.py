@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from hypothesis import strategies as st
 
-from tests.hostile import MARKER, Findings, serve_costly, serve_foreign_ids, serve_mutations
+from tests.hostile import MARKER, Findings, serve_bad_uploads, serve_costly, serve_foreign_ids, serve_mutations
 from tests.sse import events_of, parse_frames, sse_lines
 from conformance.contract import ContractViolation, validate_events
 
@@ -127,7 +127,10 @@ def two_projects() -> Iterator[tuple[str, str, dict[str, str]]]:
         response = beta.post("/v1/responses", json={"model": MODEL, "input": f"Keep {MARKER}."}).json()["id"]
         conversation = beta.post("/v1/conversations", json={"items": [{"role": "user", "content": MARKER}]}).json()
         item = beta.get(f"/v1/conversations/{conversation['id']}/items").json()["data"][0]["id"]
-        yield root, PROJECT_KEYS["alpha"], {"response": response, "conversation": conversation["id"], "item": item}
+        file = beta.post("/v1/files", files={"file": ("private.txt", MARKER.encode())},
+                         data={"purpose": "user_data"}).json()["id"]
+        yield root, PROJECT_KEYS["alpha"], {"response": response, "conversation": conversation["id"], "item": item,
+                                            "file": file}
 
 
 def _settings(cases: int) -> settings:
@@ -472,6 +475,7 @@ def main() -> None:
         serve_costly(root, MODEL, hostile)
         serve_mutations(root, MODEL, hostile)
         serve_mutations(root, MODEL, hostile, every=4, websocket=True)
+        serve_bad_uploads(root, hostile)
         still_healthy = healthy(root)
     with two_projects() as (root, key, theirs):
         serve_foreign_ids(root, MODEL, key, theirs, hostile)

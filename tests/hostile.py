@@ -306,8 +306,13 @@ MARKER = "beta-private-7f3c"  # in every object the other project makes: an answ
 
 def foreign_id_cases(ids: dict[str, str]) -> Iterator[tuple[str, str, str, dict[str, Any] | None]]:
     """(label, method, path, body) for every place a request names an object by id, naming the one in `ids`
-    (`response`, `conversation`, `item`): the routes over stored objects, and the fields of a request body."""
-    response, conversation, item = ids["response"], ids["conversation"], ids["item"]
+    (`response`, `conversation`, `item`, `file`): the routes over stored objects, and the fields of a request body."""
+    response, conversation, item, file = ids["response"], ids["conversation"], ids["item"], ids["file"]
+    yield "get file", "GET", f"/v1/files/{file}", None
+    yield "file content", "GET", f"/v1/files/{file}/content", None
+    yield "delete file", "DELETE", f"/v1/files/{file}", None
+    yield "input_file file_id", "POST", "/v1/responses", {"input": [{"role": "user", "content": [
+        {"type": "input_file", "file_id": file}]}]}
     yield "get response", "GET", f"/v1/responses/{response}", None
     yield "replay response", "GET", f"/v1/responses/{response}?stream=true&starting_after=0", None
     yield "input items", "GET", f"/v1/responses/{response}/input_items", None
@@ -340,7 +345,40 @@ def foreign_id_cases(ids: dict[str, str]) -> Iterator[tuple[str, str, str, dict[
 
 def random_ids(ids: dict[str, str]) -> dict[str, str]:
     """Ids of the same kinds and shapes that name nothing."""
-    return {kind: value.split("_", 1)[0] + "_" + "0" * len(value.split("_", 1)[1]) for kind, value in ids.items()}
+    unknown = {}
+    for kind, value in ids.items():
+        cut = max(value.find("_"), value.find("-")) + 1
+        unknown[kind] = value[:cut] + "0" * len(value[cut:])
+    return unknown
+
+
+def bad_uploads() -> Iterator[tuple[str, dict[str, Any]]]:
+    """(label, httpx request arguments) for uploads to /v1/files that are malformed or out of bounds."""
+    yield "no body", {}
+    yield "json body", {"json": {"file": "x", "purpose": "user_data"}}
+    yield "no file", {"data": {"purpose": "user_data"}}
+    yield "file as text", {"data": {"file": "x", "purpose": "user_data"}}
+    yield "no purpose", {"files": {"file": ("a.txt", b"a")}}
+    yield "long purpose", {"files": {"file": ("a.txt", b"a")}, "data": {"purpose": "p" * 100_000}}
+    yield "two files", {"files": [("file", ("a.txt", b"a")), ("file", ("b.txt", b"b"))],
+                        "data": {"purpose": "user_data"}}
+    yield "many fields", {"files": {"file": ("a.txt", b"a")}, "data": {f"f{n}": "x" for n in range(50)}}
+    for seconds in ("-1", "1e9", "x", "99999999999999999999"):
+        yield f"expiry {seconds}", {"files": {"file": ("a.txt", b"a")}, "data": {
+            "purpose": "user_data", "expires_after[anchor]": "created_at", "expires_after[seconds]": seconds}}
+    yield "broken multipart", {"content": b"--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nx",
+                               "headers": {"content-type": "multipart/form-data; boundary=b"}}
+    yield "no boundary", {"content": b"x", "headers": {"content-type": "multipart/form-data"}}
+
+
+def serve_bad_uploads(root: str, findings: Findings, headers: dict[str, str] | None = None) -> None:
+    """Every bad upload: a 4xx, never a 5xx."""
+    with httpx.Client(base_url=root, timeout=60, headers=headers or {}) as client:
+        for label, arguments in bad_uploads():
+            answer = client.post("/v1/files", **arguments)
+            findings.saw(f"upload {label}", answer.status_code, answer.text)
+            if not 400 <= answer.status_code < 500:
+                findings.problems.append(f"upload {label}: {answer.status_code}: {answer.text[:200]}")
 
 
 def serve_foreign_ids(root: str, model: str, key: str, theirs: dict[str, str], findings: Findings,

@@ -67,7 +67,7 @@ def test_a_file_is_read_into_the_prompt_with_its_name(served: tuple[ScriptedEngi
     ({"file_data": data_url("text/plain", b"\xff\xfe\x00bad")}, "not UTF-8"),
     ({"file_data": "data:text/plain;base64,@@@"}, "not valid base64"),
     ({"file_data": data_url("application/pdf", b"%PDF-1.4 garbage")}, "PDF"),
-    ({"file_id": "file-abc"}, "file_data"),
+    ({"file_id": "file-abc"}, "No file with id"),  # no uploaded file of that id (tests/test_files_api.py)
     ({"file_url": "https://example.com/a.pdf"}, "file_data"),
 ], ids=["zip", "not-utf8", "bad-base64", "broken-pdf", "file-id", "file-url"])
 def test_a_file_the_server_cannot_read_is_a_400_naming_its_part(served: tuple[ScriptedEngine, str],

@@ -11,7 +11,7 @@ import pytest
 import httpx
 
 from tests.fuzz import MODEL, PROJECT_KEYS, fuzz_server, healthy, two_projects
-from tests.hostile import MARKER, Findings, serve_costly, serve_foreign_ids, serve_mutations
+from tests.hostile import MARKER, Findings, serve_bad_uploads, serve_costly, serve_foreign_ids, serve_mutations
 
 
 @pytest.fixture(scope="module")
@@ -53,4 +53,12 @@ def test_another_projects_ids_everywhere_an_id_goes_get_what_an_unknown_id_gets(
             assert beta.get(f"/v1/conversations/{theirs['conversation']}").json().get("metadata") in ({}, None)
             items = beta.get(f"/v1/conversations/{theirs['conversation']}/items").json()["data"]
             assert [item["id"] for item in items] == [theirs["item"]]
+            assert beta.get(f"/v1/files/{theirs['file']}/content").text == MARKER
     assert findings.cases >= 60 and not findings.problems, "\n".join(findings.problems)
+
+
+def test_bad_uploads_are_refused_in_4xx(root: str) -> None:
+    findings = Findings()
+    serve_bad_uploads(root, findings)
+    assert findings.cases >= 14 and not findings.problems, "\n".join(findings.problems)
+    assert healthy(root)

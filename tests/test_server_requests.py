@@ -169,8 +169,8 @@ REQUEST_ERRORS = [
     ("moderation", {"input": "x", "moderation": {"model": "omni-moderation-latest"}}, "moderation"),
     ("no input", {}, "input"),
     ("empty input list", {"input": []}, "input"),
-    ("file by id", {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
-     "input[0].content[0]"),
+    ("unknown file by id", {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
+     "input[0].content[0].file_id"),
     ("audio in a tool output", {"input": [
         {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c", "output": [{"type": "input_audio"}]}]},

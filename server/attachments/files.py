@@ -11,7 +11,7 @@ import hashlib
 import io
 import json
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from server.attachments.data_urls import DataUrl, DataUrlError
 from server.attachments.work_pool import WorkPool, WorkTooCostly
@@ -31,11 +31,14 @@ class FileError(ValueError):
     """A file part the server cannot read as text."""
 
 
-def check_file(file_data: object, filename: object) -> None:
-    """A FileError unless the part carries a base64 data URL of a type the server reads, within the size limit."""
+def check_file(file_data: object, filename: object, file_id: object = None) -> None:
+    """A FileError unless the part names an uploaded file (`file_id`, read when the prompt is made) or carries a
+    base64 data URL of a type the server reads, within the size limit."""
+    if isinstance(file_id, str) and file_id and file_data is None:
+        return
     if not isinstance(file_data, str) or not file_data:
-        raise FileError("an input_file needs file_data: a data URL (data:text/plain;base64,...) and a filename; "
-                        "file_id and file_url are not supported by this server")
+        raise FileError("an input_file needs file_id (an uploaded file) or file_data: a data URL "
+                        "(data:text/plain;base64,...) and a filename; file_url is not supported by this server")
     mime = _data_url(file_data).mime
     if mime != PDF and not mime.startswith("text/") and mime not in TEXT_TYPES:
         raise FileError(f"files of type {mime!r} are not supported: send text (text/*, JSON, YAML, ...) or a PDF")
@@ -51,11 +54,20 @@ class FileTexts:
     async def text(self, file_data: str, filename: object, param: str) -> str:
         """The text a file part stands for in the prompt: its content between lines naming it; a RequestError
         naming `param` when it cannot be read."""
-        name = filename if isinstance(filename, str) and filename else "file"
         key = hashlib.sha256(file_data.encode("utf-8", "surrogatepass")).hexdigest()
+        return await self._kept_text(key, filename, param, lambda: self._read(file_data))
+
+    async def stored_text(self, data: bytes, filename: object, param: str) -> str:
+        """The same, for an uploaded file's content: a PDF by its signature, else UTF-8 text."""
+        key = "stored:" + hashlib.sha256(data).hexdigest()
+        return await self._kept_text(key, filename, param, lambda: self._text(PDF if data[:5] == b"%PDF-" else
+                                                                              "text/plain", data))
+
+    async def _kept_text(self, key: str, filename: object, param: str, read: Callable[[], Awaitable[str]]) -> str:
+        name = filename if isinstance(filename, str) and filename else "file"
         if key not in self._kept:
             try:
-                self._kept[key] = await self._read(file_data)
+                self._kept[key] = await read()
             except FileError as exc:
                 raise RequestError(f"Invalid input_file: {exc}.", param=param) from None
             except WorkTooCostly as exc:
@@ -71,7 +83,10 @@ class FileTexts:
             data = data_url.decoded(MAX_FILE_BYTES)
         except DataUrlError as exc:
             raise FileError(f"the file {exc}") from None
-        if data_url.mime == PDF:
+        return await self._text(data_url.mime, data)
+
+    async def _text(self, mime: str, data: bytes) -> str:
+        if mime == PDF:
             return await self._pool.run(pdf_text, data)
         try:
             return data.decode("utf-8")
@@ -114,15 +129,41 @@ def pdf_text(data: bytes) -> str:
 
 
 
-async def read_files(request: "ResponsesRequest", body: "ResponsesRequest", texts: FileTexts) -> None:
+# An uploaded file's (filename, content) by its id, for the request's project (None: it has no such file); a
+# FileError when it is too large to read.
+LoadFile = Callable[[str], Awaitable[tuple[str, bytes] | None]]
+
+
+async def read_files(request: "ResponsesRequest", body: "ResponsesRequest", texts: FileTexts,
+                     load: LoadFile | None = None) -> None:
     """Every input_file part of `request` (the conversation) read into the text the model sees; a RequestError
-    naming the part (in `body`, the request as sent, else the history's) when one cannot be read."""
-    params = {getattr(part, "file_data", None): param for param, part in body.content_parts()
-              if part.type == "input_file"}
+    naming the part (in `body`, the request as sent, else the history's) when one cannot be read. A part naming an
+    uploaded file by `file_id` is read through `load`."""
+    params = {_source(part): param for param, part in body.content_parts() if part.type == "input_file"}
     for _, part in request.content_parts():
-        if part.type == "input_file":
-            file_data = getattr(part, "file_data", None)
-            param = params.get(file_data, "previous_response_id")
-            if not isinstance(file_data, str):
-                raise RequestError("Invalid input_file: it needs file_data.", param=param)
-            part.read_as(await texts.text(file_data, getattr(part, "filename", None), param))
+        if part.type != "input_file":
+            continue
+        file_data, file_id = getattr(part, "file_data", None), getattr(part, "file_id", None)
+        param = params.get(_source(part), "previous_response_id")
+        if file_data is None and isinstance(file_id, str) and file_id:
+            part.read_as(await _uploaded_text(texts, load, file_id, getattr(part, "filename", None), param))
+            continue
+        if not isinstance(file_data, str):
+            raise RequestError("Invalid input_file: it needs file_data or file_id.", param=param)
+        part.read_as(await texts.text(file_data, getattr(part, "filename", None), param))
+
+
+def _source(part: object) -> object:
+    return getattr(part, "file_data", None) or getattr(part, "file_id", None)
+
+
+async def _uploaded_text(texts: FileTexts, load: LoadFile | None, file_id: str, filename: object, param: str) -> str:
+    try:
+        found = await load(file_id) if load is not None else None
+    except FileError as exc:
+        raise RequestError(f"Invalid input_file: {exc}.", param=param) from None
+    if found is None:
+        raise RequestError(f"No file with id '{file_id}' found.", param=f"{param}.file_id",
+                           code="file_not_found")
+    name, data = found
+    return await texts.stored_text(data, filename or name, param)

@@ -11,6 +11,8 @@ from fastapi import FastAPI
 from server.http import errors, instrumentation, openapi
 from server.http.auth import OPEN_PATHS, APIKeyMiddleware
 from server.http.forwarding import Forwarder, NoForwarding
+from server.http.file_routes import router as file_router
+from server.http.file_routes import upload_limits
 from server.http.limits import BodySizeLimit
 from server.metrics import watch_event_loop_lag
 from server.serving import ServingContext
@@ -59,7 +61,8 @@ def create_app(context: ServingContext) -> FastAPI:
     app.state.context = context
     app.state.sockets = OpenSockets()
     app.state.forwarder = forwarder(context)
-    app.add_middleware(BodySizeLimit, max_bytes=context.config.max_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=context.config.max_body_bytes,
+                       uploads=upload_limits(context.config.max_file_bytes))
     open_paths = OPEN_PATHS - {"/metrics"} if context.config.metrics_need_key else OPEN_PATHS
     app.add_middleware(APIKeyMiddleware, authenticator=context.authenticator, open_paths=open_paths)
     instrumentation.install(app, context.config.api_process)  # added last, runs first: it sees every answer
@@ -69,6 +72,7 @@ def create_app(context: ServingContext) -> FastAPI:
     app.include_router(stored_router)
     app.include_router(conversation_router)
     app.include_router(usage_router)
+    app.include_router(file_router)
     app.include_router(websocket_router)
     return app
 

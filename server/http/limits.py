@@ -12,19 +12,22 @@ class _TooLarge(Exception):
 
 
 class BodySizeLimit:
-    """Bodies over `max_bytes` are refused: at once by their Content-Length, else as soon as the count passes it."""
+    """Bodies over `max_bytes` are refused: at once by their Content-Length, else as soon as the count passes it.
+    `uploads`: the routes (method, path) that take larger bodies (file uploads), with their own limit."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, uploads: dict[tuple[str, str], int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.uploads = uploads or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.uploads.get((scope.get("method", ""), scope.get("path", "")), self.max_bytes)
         declared = dict(scope.get("headers") or ()).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(scope, receive, send)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await self._refuse(scope, receive, send, limit)
             return
         received = 0
         started = False
@@ -34,7 +37,7 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit:
                     raise _TooLarge()
             return message
 
@@ -47,9 +50,9 @@ class BodySizeLimit:
             await self.app(scope, counting_receive, tracking_send)
         except _TooLarge:
             if not started:
-                await self._refuse(scope, receive, send)
+                await self._refuse(scope, receive, send, limit)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        error = APIError(f"The request body is larger than this server accepts ({self.max_bytes} bytes).",
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        error = APIError(f"The request body is larger than this server accepts ({limit} bytes).",
                          status=413, code="request_too_large")
         await error.response()(scope, receive, send)

@@ -19,6 +19,7 @@ from server.history.conversation import since_last_compaction, stored_input_item
 from server.engine.interface import PENALTIES, SAMPLING_KEYS, EngineRequest, SamplingSettings
 from server.errors import DependencyFailed, GenerationFailed, NotFound, RequestError
 from server.attachments.files import read_files
+from server.retrieval.files import file_loader
 from server.attachments.media import checked_images, decoded_images
 from server.attachments.media_fetch import fetch_images
 from server.paths.base import ModelPath, RenderedPrompt
@@ -186,7 +187,7 @@ async def conversation_of(context: ServingContext, body: ResponsesRequest, proje
     history = since_last_compaction(rendered_codex_items(await with_history(body, store, earlier,
                                                                             context.known_chains, project)))
     conversation = open_sealed_items(history, context.sealer)
-    await read_files(conversation, body, context.file_texts)
+    await read_files(conversation, body, context.file_texts, file_loader(store))
     return conversation
 
 
@@ -207,7 +208,8 @@ def _compacting(context: ServingContext, conversation: ResponsesRequest, body: R
         item = ResponseCompactionItem.model_validate(made)  # the output item; as input, it opens into the context
         compacted = open_sealed_items(conversation.model_copy(update={"input": [CompactionItem.model_validate(made)]}),
                                       context.sealer)
-        await read_files(compacted, body, context.file_texts)  # the files it keeps were read: their texts are kept
+        await read_files(compacted, body, context.file_texts,  # the files it keeps were read: their texts are kept
+                         file_loader(context.project_store(keys.project)))
         if loop is not None:
             loop.conversation = compacted
         return Continuation(item, await prepare_run(context, compacted, body, fetched, hosted, keys=keys),

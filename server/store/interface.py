@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Iterable, Literal, Protocol
 
+from server.retrieval.files import StoredFile
 from server.tenancy.keys import DEFAULT_PROJECT
 
 Order = Literal["asc", "desc"]
@@ -192,6 +193,23 @@ class ResponseStore(Protocol):
     async def conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None: ...
 
     async def count_conversation_items(self, conversation_id: str) -> int: ...
+
+    # -- files (server/retrieval/files.py): every call names the project, and sees only its live files ---------
+
+    async def save_file(self, record: StoredFile, parts: Iterable[bytes]) -> None:
+        """Store the file's record and its content, part by part, in one transaction (`parts` read as written)."""
+        ...
+
+    async def get_file(self, file_id: str, project: str, now: int) -> StoredFile | None: ...
+
+    async def list_files(self, project: str, now: int, purpose: str | None, after: str | None, limit: int,
+                         order: Order) -> tuple[list[StoredFile], bool]: ...
+
+    async def file_part(self, file_id: str, project: str, position: int) -> bytes | None:
+        """The file's content part at `position` (None: past its end, or not the project's)."""
+        ...
+
+    async def delete_file(self, file_id: str, project: str) -> bool: ...
 
     async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool: ...
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Awaitable, Callable, TypeVar
+from dataclasses import astuple
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -18,6 +19,8 @@ from server.store.rows import api_key as _api_key
 from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,
                                page_query, retention_query)
 from server.store.rows import add_usage, spent_query, usage_between_query, usage_record, usage_row
+from server.store.rows import FILE_COLUMNS, files_page_query, live_files
+from server.retrieval.files import StoredFile
 from server.tenancy.keys import ApiKey
 from server.tenancy.limits import Spent
 from server.tenancy.usage import UsageRecord
@@ -230,6 +233,36 @@ class PostgresStore:
     async def count_conversation_items(self, conversation_id: str) -> int:
         rows = await self._rows("SELECT count(*) FROM conversation_items WHERE conversation_id = %s", (conversation_id,))
         return int(rows[0][0])
+
+    async def save_file(self, record: StoredFile, parts: Iterable[bytes]) -> None:
+        async def write(db: Connection) -> None:
+            await db.execute(f"INSERT INTO files ({FILE_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)", astuple(record))
+            for position, data in enumerate(parts):
+                await db.execute("INSERT INTO file_parts (file_id, position, data) VALUES (%s, %s, %s)",
+                                 (record.id, position, data))
+
+        await self._run(write)
+
+    async def get_file(self, file_id: str, project: str, now: int) -> StoredFile | None:
+        rows = await self._rows(f"SELECT {FILE_COLUMNS} FROM files WHERE id = %s AND {live_files('%s')}",
+                                (file_id, project, now))
+        return StoredFile(*rows[0]) if rows else None
+
+    async def list_files(self, project: str, now: int, purpose: str | None, after: str | None, limit: int,
+                         order: Order) -> tuple[list[StoredFile], bool]:
+        sql, names = files_page_query(purpose, after, limit, order, "%s")
+        given = {"purpose": purpose, "after": after, "project": project}
+        rows = await self._rows(sql, (project, now, *(given[n] for n in names), limit + 1))
+        return [StoredFile(*row) for row in rows[:limit]], len(rows) > limit
+
+    async def file_part(self, file_id: str, project: str, position: int) -> bytes | None:
+        rows = await self._rows("SELECT data FROM file_parts WHERE file_id = %s AND position = %s AND file_id IN "
+                                "(SELECT id FROM files WHERE id = %s AND project = %s)",
+                                (file_id, position, file_id, project))
+        return bytes(rows[0][0]) if rows else None
+
+    async def delete_file(self, file_id: str, project: str) -> bool:
+        return await self._count("DELETE FROM files WHERE id = %s AND project = %s", (file_id, project)) > 0
 
     async def conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None:
         rows = await self._rows("SELECT item FROM conversation_items WHERE conversation_id = %s AND item_id = %s",

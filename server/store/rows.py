@@ -131,3 +131,27 @@ def usage_between_query(mark: str) -> str:
 def usage_record(row: Any) -> UsageRecord:
     project, key_id, model, minute, *counts = row
     return UsageRecord(project, key_id, model, int(minute), *(int(count) for count in counts))
+
+
+FILE_COLUMNS = "id, project, filename, purpose, bytes, created_at, expires_at"
+
+
+def live_files(mark: str) -> str:
+    """The condition on `files` rows a project sees now: its own, not expired (parameters: project, now)."""
+    return f"project = {mark} AND (expires_at IS NULL OR expires_at > {mark})"
+
+
+def files_page_query(purpose: str | None, after: str | None, limit: int, order: Order,
+                     mark: str) -> tuple[str, list[str]]:
+    """The query for a page of a project's live files, newest first (or oldest), after the file `after`, one more
+    than `limit`; its parameters after (project, now): purpose, after's id twice, as given."""
+    direction, compare = ("DESC", "<") if order == "desc" else ("ASC", ">")
+    where, names = live_files(mark), []
+    if purpose is not None:
+        where, names = where + f" AND purpose = {mark}", ["purpose"]
+    if after is not None:
+        where += (f" AND (created_at, id) {compare} (SELECT created_at, id FROM files WHERE id = {mark} AND "
+                  f"project = {mark})")
+        names += ["after", "project"]
+    return (f"SELECT {FILE_COLUMNS} FROM files WHERE {where} ORDER BY created_at {direction}, id {direction} "
+            f"LIMIT {mark}"), names

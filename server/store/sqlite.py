@@ -9,7 +9,8 @@ import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from dataclasses import astuple
+from typing import Any, Callable, Iterable, TypeVar
 
 from server.store.interface import (RUNNING, Interrupt, Order, Replica, RetentionPolicy, StoreUnavailable,
                                     StoredConversation, StoredResponse, WebhookDelivery, webhook_event_id)
@@ -18,6 +19,8 @@ from server.store.rows import api_key as _api_key
 from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,
                                page_query, retention_query)
 from server.store.rows import add_usage, spent_query, usage_between_query, usage_record, usage_row
+from server.store.rows import FILE_COLUMNS, files_page_query, live_files
+from server.retrieval.files import StoredFile
 from server.tenancy.keys import ApiKey
 from server.tenancy.limits import Spent
 from server.tenancy.usage import UsageRecord
@@ -252,6 +255,38 @@ class SqliteStore:
     async def count_conversation_items(self, conversation_id: str) -> int:
         return await self._run(lambda db: db.execute(
             "SELECT count(*) FROM conversation_items WHERE conversation_id = ?", (conversation_id,)).fetchone()[0])
+
+    async def save_file(self, record: StoredFile, parts: Iterable[bytes]) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            db.execute(f"INSERT INTO files ({FILE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", astuple(record))
+            for position, data in enumerate(parts):
+                db.execute("INSERT INTO file_parts (file_id, position, data) VALUES (?, ?, ?)",
+                           (record.id, position, data))
+
+        await self._run(write)
+
+    async def get_file(self, file_id: str, project: str, now: int) -> StoredFile | None:
+        row = await self._run(lambda db: db.execute(
+            f"SELECT {FILE_COLUMNS} FROM files WHERE id = ? AND {live_files('?')}", (file_id, project, now)).fetchone())
+        return StoredFile(*row) if row else None
+
+    async def list_files(self, project: str, now: int, purpose: str | None, after: str | None, limit: int,
+                         order: Order) -> tuple[list[StoredFile], bool]:
+        sql, names = files_page_query(purpose, after, limit, order, "?")
+        given = {"purpose": purpose, "after": after, "project": project}
+        rows = await self._run(lambda db: db.execute(sql, (project, now, *(given[n] for n in names), limit + 1))
+                               .fetchall())
+        return [StoredFile(*row) for row in rows[:limit]], len(rows) > limit
+
+    async def file_part(self, file_id: str, project: str, position: int) -> bytes | None:
+        row = await self._run(lambda db: db.execute(
+            "SELECT data FROM file_parts WHERE file_id = ? AND position = ? AND file_id IN "
+            "(SELECT id FROM files WHERE id = ? AND project = ?)", (file_id, position, file_id, project)).fetchone())
+        return bytes(row[0]) if row else None
+
+    async def delete_file(self, file_id: str, project: str) -> bool:
+        return await self._run(lambda db: db.execute(
+            "DELETE FROM files WHERE id = ? AND project = ?", (file_id, project)).rowcount > 0)
 
     async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
         return await self._run(lambda db: db.execute(

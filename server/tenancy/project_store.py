@@ -8,8 +8,10 @@ the owner followed by the act cannot be raced into acting on another project's o
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+import time
+from typing import Any, Iterable
 
+from server.retrieval.files import StoredFile
 from server.store.interface import Order, ResponseStore, StoredConversation, StoredResponse
 
 
@@ -110,3 +112,32 @@ class ProjectStore:
         if await self.get_conversation(conversation_id) is None:
             return None
         return await self.store.conversation_home(conversation_id)
+
+    # -- files: the store filters by project in each query ----------------------------------------------------
+
+    async def save_file(self, record: StoredFile, parts: Iterable[bytes]) -> None:
+        await self.store.save_file(replace(record, project=self.project), parts)
+
+    async def get_file(self, file_id: str) -> StoredFile | None:
+        return await self.store.get_file(file_id, self.project, int(time.time()))
+
+    async def list_files(self, purpose: str | None, after: str | None, limit: int,
+                         order: Order) -> tuple[list[StoredFile], bool]:
+        return await self.store.list_files(self.project, int(time.time()), purpose, after, limit, order)
+
+    async def file_part(self, file_id: str, position: int) -> bytes | None:
+        return await self.store.file_part(file_id, self.project, position)
+
+    async def file_content(self, file_id: str, max_bytes: int) -> tuple[StoredFile, bytes | None] | None:
+        """The file and its content, read a part at a time (None content: larger than `max_bytes`)."""
+        record = await self.get_file(file_id)
+        if record is None or record.bytes > max_bytes:
+            return (record, None) if record is not None else None
+        parts, position = [], 0
+        while (part := await self.file_part(file_id, position)) is not None:
+            parts.append(part)
+            position += 1
+        return record, b"".join(parts)
+
+    async def delete_file(self, file_id: str) -> bool:
+        return await self.store.delete_file(file_id, self.project)
