@@ -93,11 +93,14 @@ def _splitting_tokens(tokenizer: Any, encode: Any) -> dict[int, str]:
     """The added tokens whose end splits the tokenization: each alone is one token, and the text after it
     tokenizes the same with it or without it before (probed)."""
     added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    contents = [getattr(token, "content", str(token)) for token in added.values()]
     splits: dict[int, str] = {}
     for token_id, token in added.items():
         content = getattr(token, "content", str(token))
         if getattr(token, "rstrip", False) or getattr(token, "single_word", False) or not content:
             continue  # it takes the spaces after it, or matches only as a word: what follows depends on it
+        if any(content in other and content != other for other in contents):
+            continue  # its text inside another added token's would be found where that token is
         if encode(content) != [token_id]:
             continue
         if all(encode("x" + content + probe) == encode("x" + content) + encode(probe) for probe in _PROBES):
