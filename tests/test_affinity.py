@@ -118,14 +118,14 @@ def test_the_store_keeps_homes_and_the_live_replicas(store_url: str) -> None:
         from dataclasses import replace
         await store.save(replace(record(1), replica="a"))
         await store.save(record(2))
-        assert (await store.response_home("resp_1"), await store.response_home("resp_2")) == ("a", None)
-        assert await store.response_home("resp_missing") is None
+        assert (await store.response_home("resp_1", "default"), await store.response_home("resp_2", "default")) == ("a", None)
+        assert await store.response_home("resp_missing", "default") is None
         await store.create_conversation(StoredConversation("conv_1", 0, {}), [])
-        assert await store.conversation_home("conv_1") is None
-        assert await store.add_conversation_items("conv_1", [{"id": "msg_1", "type": "message"}], "b")
-        assert await store.add_conversation_items("conv_1", [{"id": "msg_2", "type": "message"}])  # by the API
-        assert await store.conversation_home("conv_1") == "b"
-        assert not await store.add_conversation_items("conv_missing", [], "b")
+        assert await store.conversation_home("conv_1", "default") is None
+        assert await store.add_conversation_items("conv_1", [{"id": "msg_1", "type": "message"}], "b", "default")
+        assert await store.add_conversation_items("conv_1", [{"id": "msg_2", "type": "message"}], None, "default")  # by the API
+        assert await store.conversation_home("conv_1", "default") == "b"
+        assert not await store.add_conversation_items("conv_missing", [], "b", "default")
         await store.close()
 
     asyncio.run(scenario())

@@ -22,22 +22,22 @@ def test_store_keeps_conversation_items_in_order_and_pages_them(store_url: str) 
         store = open_url(store_url)
         await store.create_conversation(StoredConversation("conv_1", 7, {"k": "v"}),
                                         [{"id": f"msg_{n}", "type": "message"} for n in range(3)])
-        assert await store.add_conversation_items("conv_1", [{"id": "msg_3", "type": "message"}])
-        assert not await store.add_conversation_items("conv_missing", [{"id": "x", "type": "message"}])
-        page, more = await store.conversation_items("conv_1", None, 2, "desc")
+        assert await store.add_conversation_items("conv_1", [{"id": "msg_3", "type": "message"}], None, "default")
+        assert not await store.add_conversation_items("conv_missing", [{"id": "x", "type": "message"}], None, "default")
+        page, more = await store.conversation_items("conv_1", None, 2, "desc", "default")
         assert [i["id"] for i in page] == ["msg_3", "msg_2"] and more
-        page, more = await store.conversation_items("conv_1", "msg_2", 2, "desc")
+        page, more = await store.conversation_items("conv_1", "msg_2", 2, "desc", "default")
         assert [i["id"] for i in page] == ["msg_1", "msg_0"] and not more
-        everything, more = await store.conversation_items("conv_1", None, None, "asc")
+        everything, more = await store.conversation_items("conv_1", None, None, "asc", "default")
         assert [i["id"] for i in everything] == ["msg_0", "msg_1", "msg_2", "msg_3"] and not more
-        assert await store.delete_conversation_item("conv_1", "msg_1")
-        assert await store.conversation_item("conv_1", "msg_1") is None
-        assert (await store.update_conversation("conv_1", {"a": "b"})).metadata == {"a": "b"}  # type: ignore[union-attr]
+        assert await store.delete_conversation_item("conv_1", "msg_1", "default")
+        assert await store.conversation_item("conv_1", "msg_1", "default") is None
+        assert (await store.update_conversation("conv_1", {"a": "b"}, "default")).metadata == {"a": "b"}  # type: ignore[union-attr]
         await store.close()
         reopened = open_url(store_url)
-        assert (await reopened.get_conversation("conv_1")).created_at == 7  # type: ignore[union-attr]
+        assert (await reopened.get_conversation("conv_1", "default")).created_at == 7  # type: ignore[union-attr]
         assert await reopened.delete_conversation("conv_1", "default")
-        assert await reopened.conversation_items("conv_1", None, None, "asc") == ([], False)
+        assert await reopened.conversation_items("conv_1", None, None, "asc", "default") == ([], False)
         await reopened.close()
 
     asyncio.run(scenario())

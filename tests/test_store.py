@@ -17,7 +17,7 @@ from server.serving import ServingContext
 from server.config import ServerConfig
 from server.runs.background import interrupt_with
 from server.store.factory import open_store
-from server.store.interface import ResponseStore, RetentionPolicy, StoredResponse
+from server.store.interface import ResponseStore, RetentionPolicy, StoredConversation, StoredResponse
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.sse import events_of, parse_frames
@@ -47,18 +47,18 @@ def test_store_round_trip_pagination_and_delete(store_url: str) -> None:
     async def scenario() -> None:
         store = open_url(store_url)
         await store.save(record(1, items=5), events=[json.dumps({"sequence_number": n, "type": "x"}) for n in range(4)])
-        got = await store.get("resp_1")
+        got = await store.get("resp_1", "default")
         assert got is not None and got.response["id"] == "resp_1" and len(got.input_items) == 5
-        assert [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 1)] == [2, 3]
-        page, more = await store.input_items("resp_1", None, 2, "asc")
+        assert [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 1, "default")] == [2, 3]
+        page, more = await store.input_items("resp_1", None, 2, "asc", "default")
         assert [i["id"] for i in page] == ["msg_1_0", "msg_1_1"] and more
-        page, more = await store.input_items("resp_1", "msg_1_1", 10, "asc")
+        page, more = await store.input_items("resp_1", "msg_1_1", 10, "asc", "default")
         assert [i["id"] for i in page] == ["msg_1_2", "msg_1_3", "msg_1_4"] and not more
-        page, more = await store.input_items("resp_1", "msg_1_3", 2, "desc")
+        page, more = await store.input_items("resp_1", "msg_1_3", 2, "desc", "default")
         assert [i["id"] for i in page] == ["msg_1_2", "msg_1_1"] and more
-        assert await store.delete("resp_1", "default") and await store.get("resp_1") is None
+        assert await store.delete("resp_1", "default") and await store.get("resp_1", "default") is None
         assert not await store.delete("resp_1", "default")
-        assert await store.events_after("resp_1", -1) == []
+        assert await store.events_after("resp_1", -1, "default") == []
         await store.close()
 
     asyncio.run(scenario())
@@ -84,16 +84,16 @@ def test_concurrent_writers_and_a_restart_fails_only_what_is_no_longer_running(s
 
     async def reopen() -> None:
         store = open_url(store_url)  # replica-a restarts
-        assert all([await store.get(f"resp_{n}") for n in range(64)])
+        assert all([await store.get(f"resp_{n}", "default") for n in range(64)])
         failed = await store.fail_interrupted(interrupt_with("server restarted"), restarted_owner="replica-a")
         assert sorted(failed) == ["resp_100", "resp_101"]
-        interrupted = await store.get("resp_100")
+        interrupted = await store.get("resp_100", "default")
         assert interrupted is not None and interrupted.status == "failed"
         assert interrupted.response["error"]["message"] == "server restarted"
-        ending = [json.loads(e) for e in await store.events_after("resp_100", 0)]  # followers see it end
+        ending = [json.loads(e) for e in await store.events_after("resp_100", 0, "default")]  # followers see it end
         assert [(e["type"], e["sequence_number"], e["response"]["status"]) for e in ending] == [
             ("response.failed", 1, "failed")]
-        alive = await store.get("resp_102")
+        alive = await store.get("resp_102", "default")
         assert alive is not None and alive.status == "in_progress"
         assert await store.fail_interrupted(interrupt_with("gone")) == []
         await store.renew_leases("replica-c", ["resp_102"], lease_seconds=-1)  # as if c stopped renewing
@@ -113,9 +113,9 @@ def test_leases_renew_and_cancel_requests_reach_their_owner(store_url: str) -> N
         await store.renew_leases("replica-a", ["resp_1", "resp_2"], lease_seconds=100)  # only its own
         assert await store.fail_interrupted(interrupt_with("gone")) == ["resp_2"]
         assert await store.cancel_requests("replica-a") == []
-        assert await store.request_cancel("resp_1")
-        assert not await store.request_cancel("resp_2")  # failed: no longer running
-        assert not await store.request_cancel("resp_3")  # not a background response
+        assert await store.request_cancel("resp_1", "default")
+        assert not await store.request_cancel("resp_2", "default")  # failed: no longer running
+        assert not await store.request_cancel("resp_3", "default")  # not a background response
         assert await store.cancel_requests("replica-a") == ["resp_1"]
         assert await store.cancel_requests("replica-b") == []
         await store.close()
@@ -133,7 +133,7 @@ def test_retention_by_age_and_count(store_url: str) -> None:
         assert await store.enforce_retention(batch=1) == 2  # one per rule and round
         assert await store.enforce_retention(batch=100) == 1
         assert await store.enforce_retention(batch=100) == 0
-        kept = [n for n in range(7) if await store.get(f"resp_{n}")]
+        kept = [n for n in range(7) if await store.get(f"resp_{n}", "default")]
         assert kept == [3, 4, 5, 6]  # the running one is never deleted, however old
         await store.close()
 
@@ -336,15 +336,15 @@ def test_writes_of_an_owner_land_only_while_the_response_is_still_theirs(store_u
         assert not await store.append_events("resp_1", [event(1)], "replica-a")
         assert not await store.finish_owned(replace(running(1, "replica-a"), status="completed"),
                                             [event(1), event(2, "response.completed")])
-        stored = await store.get("resp_1")
+        stored = await store.get("resp_1", "default")
         assert stored is not None and stored.status == "failed"
-        assert [json.loads(e)["type"] for e in await store.events_after("resp_1", -1)] == [
+        assert [json.loads(e)["type"] for e in await store.events_after("resp_1", -1, "default")] == [
             "response.created", "response.failed"]
         await store.start_owned(running(2, "replica-a"), lease_seconds=60)
         assert await store.delete("resp_2", "default")  # deleted while running: the owner's end does not bring it back
         assert not await store.finish_owned(replace(running(2, "replica-a"), status="completed"), [event(0)])
         assert not await store.append_events("resp_2", [event(0)], "replica-a")
-        assert await store.get("resp_2") is None
+        assert await store.get("resp_2", "default") is None
         await store.close()
 
     asyncio.run(scenario())
@@ -363,11 +363,11 @@ def test_an_event_log_written_again_from_an_earlier_point_keeps_each_event_once(
         assert await store.append_events("resp_1", [event(3), event(4)], "replica-a")
         assert await store.finish_owned(replace(running(1, "replica-a"), status="completed"),
                                         [event(5, "response.completed")])
-        numbers = [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", -1)]
+        numbers = [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", -1, "default")]
         assert numbers == [0, 1, 2, 3, 4, 5]
-        assert [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 3)] == [4, 5]
-        assert [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 1)] == [2, 3, 4, 5]
-        assert await store.events_after("resp_1", 5) == []
+        assert [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 3, "default")] == [4, 5]
+        assert [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 1, "default")] == [2, 3, 4, 5]
+        assert await store.events_after("resp_1", 5, "default") == []
         await store.close()
 
     asyncio.run(scenario())
@@ -379,7 +379,7 @@ def test_saving_a_long_event_log_costs_no_more_statements_than_a_short_one(tmp_p
     def statements_to_save(events: int, name: str) -> int:
         async def scenario() -> int:
             store = open_url(f"sqlite:///{tmp_path / name}")
-            await store.get("resp_0")  # opens the file and migrates it
+            await store.get("resp_0", "default")  # opens the file and migrates it
             executed: list[str] = []
             store._connection.set_trace_callback(executed.append)  # type: ignore[attr-defined, union-attr]
             await store.save(record(1), events=[event(n) for n in range(events)])
@@ -422,8 +422,43 @@ def test_a_log_kept_before_the_event_log_was_batched_is_read_after_the_upgrade(s
 
     async def scenario() -> list[int]:
         store = open_url(store_url)
-        numbers = [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 0)]
+        numbers = [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 0, "default")]
         await store.close()
         return numbers
 
     assert asyncio.run(scenario()) == [1, 2]
+
+
+def test_every_store_read_and_change_of_a_named_object_filters_by_its_project(store_url: str) -> None:
+    """Issue 43, in the store itself: a response, conversation or item named with another project finds nothing
+    and changes nothing, on both backends (each query filters by the project; no check is left to the caller)."""
+    from dataclasses import replace
+
+    async def scenario() -> None:
+        store = open_url(store_url)
+        await store.save(replace(record(1, items=2, status="in_progress"), background=True),
+                         events=[json.dumps({"sequence_number": 0, "type": "x"})])
+        await store.create_conversation(StoredConversation("conv_1", 7, {"k": "v"}),
+                                        [{"id": "msg_a", "type": "message"}])
+        other = "another-project"
+        assert await store.get("resp_1", other) is None
+        assert await store.events_after("resp_1", -1, other) == []
+        assert await store.input_items("resp_1", None, 10, "asc", other) == ([], False)
+        assert not await store.request_cancel("resp_1", other)
+        assert await store.response_home("resp_1", other) is None
+        assert await store.get_conversation("conv_1", other) is None
+        assert await store.update_conversation("conv_1", {"a": "b"}, other) is None
+        assert not await store.add_conversation_items("conv_1", [{"id": "msg_b", "type": "message"}], None, other)
+        assert await store.conversation_items("conv_1", None, None, "asc", other) == ([], False)
+        assert await store.count_conversation_items("conv_1", other) == 0
+        assert await store.conversation_item("conv_1", "msg_a", other) is None
+        assert not await store.delete_conversation_item("conv_1", "msg_a", other)
+        assert await store.conversation_home("conv_1", other) is None
+        # and all of it is still there for its own project
+        assert (await store.get("resp_1", "default")) is not None
+        assert (await store.get_conversation("conv_1", "default")).metadata == {"k": "v"}  # type: ignore[union-attr]
+        assert [item["id"] for item in (await store.conversation_items("conv_1", None, None, "asc", "default"))[0]] \
+            == ["msg_a"]
+        await store.close()
+
+    asyncio.run(scenario())

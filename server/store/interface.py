@@ -89,15 +89,17 @@ class RetentionPolicy:
 
 
 class ResponseStore(Protocol):
-    """What the server needs from a store; every method is safe to call from the event loop."""
+    """What the server needs from a store; every method is safe to call from the event loop. Every read or change
+    of one response, conversation or file a request names takes the project, and its query filters by it: another
+    project's object is a missing one (server/tenancy/project_store.py is how requests call them)."""
 
     async def save(self, record: StoredResponse, events: list[str] | None = None) -> None:
         """Store a response that no replica owns (one that was not generated in the background), as it ended."""
         ...
 
-    async def get(self, response_id: str) -> StoredResponse | None: ...
+    async def get(self, response_id: str, project: str) -> StoredResponse | None: ...
 
-    async def events_after(self, response_id: str, after: int) -> list[str]: ...
+    async def events_after(self, response_id: str, after: int, project: str) -> list[str]: ...
 
     async def delete(self, response_id: str, project: str) -> bool:
         """Delete the response if it is `project`'s."""
@@ -107,12 +109,8 @@ class ResponseStore(Protocol):
         """How many of the responses are stored, and `project`'s."""
         ...
 
-    async def response_project(self, response_id: str) -> str | None:
-        """The project the response belongs to (None: no such response)."""
-        ...
-
-    async def input_items(self, response_id: str, after: str | None, limit: int,
-                          order: Order) -> tuple[list[dict[str, Any]], bool]: ...
+    async def input_items(self, response_id: str, after: str | None, limit: int, order: Order,
+                          project: str) -> tuple[list[dict[str, Any]], bool]: ...
 
     # -- background responses shared by replicas: event log written as it grows, leases, cancel requests -----
     # Lease times are the database's clock, so replicas whose clocks disagree still agree on who holds what.
@@ -135,7 +133,7 @@ class ResponseStore(Protocol):
 
     async def renew_leases(self, owner: str, response_ids: list[str], lease_seconds: float) -> None: ...
 
-    async def request_cancel(self, response_id: str) -> bool:
+    async def request_cancel(self, response_id: str, project: str) -> bool:
         """Ask the replica running a background response to cancel it; False if it is not running."""
         ...
 
@@ -171,28 +169,29 @@ class ResponseStore(Protocol):
 
     async def create_conversation(self, conversation: StoredConversation, items: list[dict[str, Any]]) -> None: ...
 
-    async def get_conversation(self, conversation_id: str) -> StoredConversation | None: ...
+    async def get_conversation(self, conversation_id: str, project: str) -> StoredConversation | None: ...
 
-    async def update_conversation(self, conversation_id: str, metadata: dict[str, str]) -> StoredConversation | None: ...
+    async def update_conversation(self, conversation_id: str, metadata: dict[str, str],
+                                  project: str) -> StoredConversation | None: ...
 
     async def delete_conversation(self, conversation_id: str, project: str) -> bool:
         """Delete the conversation if it is `project`'s."""
         ...
 
-    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]],
-                                     replica: str | None = None) -> bool:
+    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]], replica: str | None,
+                                     project: str) -> bool:
         """Append items; False if the conversation does not exist. `replica`: the replica whose response added them,
         now the conversation's home."""
         ...
 
-    async def conversation_items(self, conversation_id: str, after: str | None, limit: int | None,
-                                 order: Order) -> tuple[list[dict[str, Any]], bool]:
+    async def conversation_items(self, conversation_id: str, after: str | None, limit: int | None, order: Order,
+                                 project: str) -> tuple[list[dict[str, Any]], bool]:
         """A page of items (`limit` None: all of them) and whether more follow."""
         ...
 
-    async def conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None: ...
+    async def conversation_item(self, conversation_id: str, item_id: str, project: str) -> dict[str, Any] | None: ...
 
-    async def count_conversation_items(self, conversation_id: str) -> int: ...
+    async def count_conversation_items(self, conversation_id: str, project: str) -> int: ...
 
     # -- files (server/retrieval/files.py): every call names the project, and sees only its live files ---------
 
@@ -211,7 +210,7 @@ class ResponseStore(Protocol):
 
     async def delete_file(self, file_id: str, project: str) -> bool: ...
 
-    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool: ...
+    async def delete_conversation_item(self, conversation_id: str, item_id: str, project: str) -> bool: ...
 
     # -- replicas: each replica that takes forwarded requests beats here (the database's clock); a request's home is
     # the replica that generated the response it continues, or the latest response of its conversation.
@@ -228,11 +227,11 @@ class ResponseStore(Protocol):
         """The replica stops: it takes no more forwarded requests."""
         ...
 
-    async def response_home(self, response_id: str) -> str | None:
+    async def response_home(self, response_id: str, project: str) -> str | None:
         """The replica that generated the response (None: unknown, or no such response)."""
         ...
 
-    async def conversation_home(self, conversation_id: str) -> str | None:
+    async def conversation_home(self, conversation_id: str, project: str) -> str | None:
         """The replica whose response last added to the conversation (None: none yet, or no such conversation)."""
         ...
 

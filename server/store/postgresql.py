@@ -19,7 +19,7 @@ from server.store.rows import api_key as _api_key
 from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,
                                page_query, retention_query)
 from server.store.rows import add_usage, spent_query, usage_between_query, usage_record, usage_row
-from server.store.rows import FILE_COLUMNS, files_page_query, live_files
+from server.store.rows import FILE_COLUMNS, files_page_query, live_files, owned_conversation, owned_response
 from server.retrieval.files import StoredFile
 from server.tenancy.keys import ApiKey
 from server.tenancy.limits import Spent
@@ -97,11 +97,11 @@ class PostgresStore:
 
         return await self._run(write)
 
-    async def get(self, response_id: str) -> StoredResponse | None:
+    async def get(self, response_id: str, project: str) -> StoredResponse | None:
         async def read(db: Connection) -> StoredResponse | None:
             row = await (await db.execute(
                 "SELECT id, created_at, status, response, previous_response_id, background, owner, lease_expires_at, "
-                "project FROM responses WHERE id = %s", (response_id,))).fetchone()
+                "project FROM responses WHERE id = %s AND project = %s", (response_id, project))).fetchone()
             if row is None:
                 return None
             items = await (await db.execute(
@@ -111,8 +111,13 @@ class PostgresStore:
 
         return await self._run(read)
 
-    async def events_after(self, response_id: str, after: int) -> list[str]:
-        return events_in(await self._rows(chunks_after("%s"), (response_id, after)), after)
+    async def events_after(self, response_id: str, after: int, project: str) -> list[str]:
+        async def read(db: Connection) -> list[str]:
+            if await (await db.execute(owned_response("%s"), (response_id, project))).fetchone() is None:
+                return []
+            return events_in(await (await db.execute(chunks_after("%s"), (response_id, after))).fetchall(), after)
+
+        return await self._run(read)
 
     async def delete(self, response_id: str, project: str) -> bool:
         return await self._count("DELETE FROM responses WHERE id = %s AND project = %s", (response_id, project)) > 0
@@ -125,13 +130,14 @@ class PostgresStore:
 
         return await self._run(read)
 
-    async def response_project(self, response_id: str) -> str | None:
-        rows = await self._rows("SELECT project FROM responses WHERE id = %s", (response_id,))
-        return rows[0][0] if rows else None
+    async def input_items(self, response_id: str, after: str | None, limit: int, order: Order,
+                          project: str) -> tuple[list[dict[str, Any]], bool]:
+        async def read(db: Connection) -> tuple[list[dict[str, Any]], bool]:
+            if await (await db.execute(owned_response("%s"), (response_id, project))).fetchone() is None:
+                return [], False
+            return await _page(db, "input_items", "response_id", response_id, after, limit, order)
 
-    async def input_items(self, response_id: str, after: str | None, limit: int,
-                          order: Order) -> tuple[list[dict[str, Any]], bool]:
-        return await self._run(lambda db: _page(db, "input_items", "response_id", response_id, after, limit, order))
+        return await self._run(read)
 
     async def append_events(self, response_id: str, events: list[str], owner: str) -> bool:
         async def write(db: Connection) -> bool:
@@ -149,9 +155,9 @@ class PostgresStore:
         await self._count(f"UPDATE responses SET lease_expires_at = {_NOW} + %s WHERE owner = %s AND id = ANY(%s)",
                           (lease_seconds, owner, response_ids))
 
-    async def request_cancel(self, response_id: str) -> bool:
-        return await self._count(f"UPDATE responses SET cancel_requested = TRUE WHERE id = %s AND background "
-                                 f"AND status IN {RUNNING}", (response_id,)) > 0
+    async def request_cancel(self, response_id: str, project: str) -> bool:
+        return await self._count(f"UPDATE responses SET cancel_requested = TRUE WHERE id = %s AND project = %s AND "
+                                 f"background AND status IN {RUNNING}", (response_id, project)) > 0
 
     async def cancel_requests(self, owner: str) -> list[str]:
         return [response_id for (response_id,) in await self._rows(
@@ -199,25 +205,26 @@ class PostgresStore:
 
         await self._run(write)
 
-    async def get_conversation(self, conversation_id: str) -> StoredConversation | None:
-        rows = await self._rows("SELECT id, created_at, metadata, project FROM conversations WHERE id = %s",
-                                (conversation_id,))
+    async def get_conversation(self, conversation_id: str, project: str) -> StoredConversation | None:
+        rows = await self._rows("SELECT id, created_at, metadata, project FROM conversations WHERE id = %s AND "
+                                "project = %s", (conversation_id, project))
         return StoredConversation(rows[0][0], rows[0][1], json.loads(rows[0][2]), rows[0][3]) if rows else None
 
-    async def update_conversation(self, conversation_id: str, metadata: dict[str, str]) -> StoredConversation | None:
-        rows = await self._rows("UPDATE conversations SET metadata = %s WHERE id = %s RETURNING id, created_at, metadata, "
-                                "project", (json.dumps(metadata), conversation_id))
+    async def update_conversation(self, conversation_id: str, metadata: dict[str, str],
+                                  project: str) -> StoredConversation | None:
+        rows = await self._rows("UPDATE conversations SET metadata = %s WHERE id = %s AND project = %s RETURNING id, "
+                                "created_at, metadata, project", (json.dumps(metadata), conversation_id, project))
         return StoredConversation(rows[0][0], rows[0][1], json.loads(rows[0][2]), rows[0][3]) if rows else None
 
     async def delete_conversation(self, conversation_id: str, project: str) -> bool:
         return await self._count("DELETE FROM conversations WHERE id = %s AND project = %s",
                                  (conversation_id, project)) > 0
 
-    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]],
-                                     replica: str | None = None) -> bool:
+    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]], replica: str | None,
+                                     project: str) -> bool:
         async def write(db: Connection) -> bool:  # the update locks the conversation's row until the items are in
-            found = await db.execute("UPDATE conversations SET replica = COALESCE(%s, replica) WHERE id = %s",
-                                     (replica, conversation_id))
+            found = await db.execute("UPDATE conversations SET replica = COALESCE(%s, replica) WHERE id = %s AND "
+                                     "project = %s", (replica, conversation_id, project))
             if found.rowcount == 0:
                 return False
             await _append(db, conversation_id, items)
@@ -225,13 +232,18 @@ class PostgresStore:
 
         return await self._run(write)
 
-    async def conversation_items(self, conversation_id: str, after: str | None, limit: int | None,
-                                 order: Order) -> tuple[list[dict[str, Any]], bool]:
-        return await self._run(lambda db: _page(db, "conversation_items", "conversation_id", conversation_id,
-                                                after, limit, order))
+    async def conversation_items(self, conversation_id: str, after: str | None, limit: int | None, order: Order,
+                                 project: str) -> tuple[list[dict[str, Any]], bool]:
+        async def read(db: Connection) -> tuple[list[dict[str, Any]], bool]:
+            if await (await db.execute(owned_conversation("%s"), (conversation_id, project))).fetchone() is None:
+                return [], False
+            return await _page(db, "conversation_items", "conversation_id", conversation_id, after, limit, order)
 
-    async def count_conversation_items(self, conversation_id: str) -> int:
-        rows = await self._rows("SELECT count(*) FROM conversation_items WHERE conversation_id = %s", (conversation_id,))
+        return await self._run(read)
+
+    async def count_conversation_items(self, conversation_id: str, project: str) -> int:
+        rows = await self._rows(f"SELECT count(*) FROM conversation_items WHERE conversation_id = %s AND EXISTS "
+                                f"({owned_conversation('%s')})", (conversation_id, conversation_id, project))
         return int(rows[0][0])
 
     async def save_file(self, record: StoredFile, parts: Iterable[bytes]) -> None:
@@ -264,14 +276,15 @@ class PostgresStore:
     async def delete_file(self, file_id: str, project: str) -> bool:
         return await self._count("DELETE FROM files WHERE id = %s AND project = %s", (file_id, project)) > 0
 
-    async def conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None:
-        rows = await self._rows("SELECT item FROM conversation_items WHERE conversation_id = %s AND item_id = %s",
-                                (conversation_id, item_id))
+    async def conversation_item(self, conversation_id: str, item_id: str, project: str) -> dict[str, Any] | None:
+        rows = await self._rows(f"SELECT item FROM conversation_items WHERE conversation_id = %s AND item_id = %s AND "
+                                f"EXISTS ({owned_conversation('%s')})", (conversation_id, item_id, conversation_id, project))
         return json.loads(rows[0][0]) if rows else None
 
-    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
-        return await self._count("DELETE FROM conversation_items WHERE conversation_id = %s AND item_id = %s",
-                                 (conversation_id, item_id)) > 0
+    async def delete_conversation_item(self, conversation_id: str, item_id: str, project: str) -> bool:
+        return await self._count(f"DELETE FROM conversation_items WHERE conversation_id = %s AND item_id = %s AND "
+                                 f"EXISTS ({owned_conversation('%s')})", (conversation_id, item_id, conversation_id,
+                                                                            project)) > 0
 
     async def heartbeat(self, replica: Replica, draining: bool) -> None:
         await self._count(f"INSERT INTO replicas (id, url, heartbeat_at, draining) VALUES (%s, %s, {_NOW}, %s) "
@@ -321,12 +334,13 @@ class PostgresStore:
     async def leave(self, replica_id: str) -> None:
         await self._count("DELETE FROM replicas WHERE id = %s", (replica_id,))
 
-    async def response_home(self, response_id: str) -> str | None:
-        rows = await self._rows("SELECT replica FROM responses WHERE id = %s", (response_id,))
+    async def response_home(self, response_id: str, project: str) -> str | None:
+        rows = await self._rows("SELECT replica FROM responses WHERE id = %s AND project = %s", (response_id, project))
         return rows[0][0] if rows else None
 
-    async def conversation_home(self, conversation_id: str) -> str | None:
-        rows = await self._rows("SELECT replica FROM conversations WHERE id = %s", (conversation_id,))
+    async def conversation_home(self, conversation_id: str, project: str) -> str | None:
+        rows = await self._rows("SELECT replica FROM conversations WHERE id = %s AND project = %s",
+                                (conversation_id, project))
         return rows[0][0] if rows else None
 
     async def close(self) -> None:

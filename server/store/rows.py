@@ -155,3 +155,13 @@ def files_page_query(purpose: str | None, after: str | None, limit: int, order: 
         names += ["after", "project"]
     return (f"SELECT {FILE_COLUMNS} FROM files WHERE {where} ORDER BY created_at {direction}, id {direction} "
             f"LIMIT {mark}"), names
+
+
+def owned_response(mark: str) -> str:
+    """A response's row if it is the project's (parameters: response id, project)."""
+    return f"SELECT 1 FROM responses WHERE id = {mark} AND project = {mark}"
+
+
+def owned_conversation(mark: str) -> str:
+    """A conversation's row if it is the project's (parameters: conversation id, project)."""
+    return f"SELECT 1 FROM conversations WHERE id = {mark} AND project = {mark}"

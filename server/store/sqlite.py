@@ -19,7 +19,7 @@ from server.store.rows import api_key as _api_key
 from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,
                                page_query, retention_query)
 from server.store.rows import add_usage, spent_query, usage_between_query, usage_record, usage_row
-from server.store.rows import FILE_COLUMNS, files_page_query, live_files
+from server.store.rows import FILE_COLUMNS, files_page_query, live_files, owned_conversation, owned_response
 from server.retrieval.files import StoredFile
 from server.tenancy.keys import ApiKey
 from server.tenancy.limits import Spent
@@ -108,10 +108,10 @@ class SqliteStore:
 
         return await self._run(write)
 
-    async def get(self, response_id: str) -> StoredResponse | None:
+    async def get(self, response_id: str, project: str) -> StoredResponse | None:
         def read(db: sqlite3.Connection) -> StoredResponse | None:
             row = db.execute("SELECT id, created_at, status, response, previous_response_id, background, project "
-                             "FROM responses WHERE id = ?", (response_id,)).fetchone()
+                             "FROM responses WHERE id = ? AND project = ?", (response_id, project)).fetchone()
             if row is None:
                 return None
             items = [json.loads(item) for (item,) in db.execute(
@@ -121,9 +121,13 @@ class SqliteStore:
 
         return await self._run(read)
 
-    async def events_after(self, response_id: str, after: int) -> list[str]:
-        return await self._run(lambda db: events_in(db.execute(chunks_after("?"), (response_id, after)).fetchall(),
-                                                    after))
+    async def events_after(self, response_id: str, after: int, project: str) -> list[str]:
+        def read(db: sqlite3.Connection) -> list[str]:
+            if db.execute(owned_response("?"), (response_id, project)).fetchone() is None:
+                return []
+            return events_in(db.execute(chunks_after("?"), (response_id, after)).fetchall(), after)
+
+        return await self._run(read)
 
     async def delete(self, response_id: str, project: str) -> bool:
         return await self._run(lambda db: db.execute(
@@ -135,14 +139,14 @@ class SqliteStore:
             f"SELECT count(*) FROM responses WHERE project = ? AND id IN ({marks})",
             (project, *response_ids)).fetchone()[0]) if response_ids else 0
 
-    async def response_project(self, response_id: str) -> str | None:
-        row = await self._run(lambda db: db.execute("SELECT project FROM responses WHERE id = ?",
-                                                    (response_id,)).fetchone())
-        return row[0] if row else None
+    async def input_items(self, response_id: str, after: str | None, limit: int, order: Order,
+                          project: str) -> tuple[list[dict[str, Any]], bool]:
+        def read(db: sqlite3.Connection) -> tuple[list[dict[str, Any]], bool]:
+            if db.execute(owned_response("?"), (response_id, project)).fetchone() is None:
+                return [], False
+            return _page(db, "input_items", "response_id", response_id, after, limit, order)
 
-    async def input_items(self, response_id: str, after: str | None, limit: int,
-                          order: Order) -> tuple[list[dict[str, Any]], bool]:
-        return await self._run(lambda db: _page(db, "input_items", "response_id", response_id, after, limit, order))
+        return await self._run(read)
 
     async def append_events(self, response_id: str, events: list[str], owner: str) -> bool:
         def write(db: sqlite3.Connection) -> bool:
@@ -158,10 +162,10 @@ class SqliteStore:
             f"UPDATE responses SET lease_expires_at = {_NOW} + ? WHERE id = ? AND owner = ?",
             [(lease_seconds, response_id, owner) for response_id in response_ids]))
 
-    async def request_cancel(self, response_id: str) -> bool:
+    async def request_cancel(self, response_id: str, project: str) -> bool:
         return await self._run(lambda db: db.execute(
-            f"UPDATE responses SET cancel_requested = 1 WHERE id = ? AND background AND status IN {RUNNING}",
-            (response_id,)).rowcount > 0)
+            f"UPDATE responses SET cancel_requested = 1 WHERE id = ? AND project = ? AND background AND status IN "
+            f"{RUNNING}", (response_id, project)).rowcount > 0)
 
     async def cancel_requests(self, owner: str) -> list[str]:
         return await self._run(lambda db: [response_id for (response_id,) in db.execute(
@@ -213,48 +217,54 @@ class SqliteStore:
 
         await self._run(write)
 
-    async def get_conversation(self, conversation_id: str) -> StoredConversation | None:
+    async def get_conversation(self, conversation_id: str, project: str) -> StoredConversation | None:
         def read(db: sqlite3.Connection) -> StoredConversation | None:
-            row = db.execute("SELECT id, created_at, metadata, project FROM conversations WHERE id = ?",
-                             (conversation_id,)).fetchone()
+            row = db.execute("SELECT id, created_at, metadata, project FROM conversations WHERE id = ? AND project = ?",
+                             (conversation_id, project)).fetchone()
             return StoredConversation(row[0], row[1], json.loads(row[2]), row[3]) if row else None
 
         return await self._run(read)
 
-    async def update_conversation(self, conversation_id: str, metadata: dict[str, str]) -> StoredConversation | None:
-        await self._run(lambda db: db.execute("UPDATE conversations SET metadata = ? WHERE id = ?",
-                                              (json.dumps(metadata), conversation_id)))
-        return await self.get_conversation(conversation_id)
+    async def update_conversation(self, conversation_id: str, metadata: dict[str, str],
+                                  project: str) -> StoredConversation | None:
+        await self._run(lambda db: db.execute("UPDATE conversations SET metadata = ? WHERE id = ? AND project = ?",
+                                              (json.dumps(metadata), conversation_id, project)))
+        return await self.get_conversation(conversation_id, project)
 
     async def delete_conversation(self, conversation_id: str, project: str) -> bool:
         return await self._run(lambda db: db.execute(
             "DELETE FROM conversations WHERE id = ? AND project = ?", (conversation_id, project)).rowcount > 0)
 
-    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]],
-                                     replica: str | None = None) -> bool:
+    async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]], replica: str | None,
+                                     project: str) -> bool:
         def write(db: sqlite3.Connection) -> bool:
-            if db.execute("UPDATE conversations SET replica = COALESCE(?, replica) WHERE id = ?",
-                          (replica, conversation_id)).rowcount == 0:
+            if db.execute("UPDATE conversations SET replica = COALESCE(?, replica) WHERE id = ? AND project = ?",
+                          (replica, conversation_id, project)).rowcount == 0:
                 return False
             _append(db, conversation_id, items)
             return True
 
         return await self._run(write)
 
-    async def conversation_items(self, conversation_id: str, after: str | None, limit: int | None,
-                                 order: Order) -> tuple[list[dict[str, Any]], bool]:
-        return await self._run(lambda db: _page(db, "conversation_items", "conversation_id", conversation_id,
-                                                after, limit, order))
+    async def conversation_items(self, conversation_id: str, after: str | None, limit: int | None, order: Order,
+                                 project: str) -> tuple[list[dict[str, Any]], bool]:
+        def read(db: sqlite3.Connection) -> tuple[list[dict[str, Any]], bool]:
+            if db.execute(owned_conversation("?"), (conversation_id, project)).fetchone() is None:
+                return [], False
+            return _page(db, "conversation_items", "conversation_id", conversation_id, after, limit, order)
 
-    async def conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None:
+        return await self._run(read)
+
+    async def conversation_item(self, conversation_id: str, item_id: str, project: str) -> dict[str, Any] | None:
         row = await self._run(lambda db: db.execute(
-            "SELECT item FROM conversation_items WHERE conversation_id = ? AND item_id = ?",
-            (conversation_id, item_id)).fetchone())
+            f"SELECT item FROM conversation_items WHERE conversation_id = ? AND item_id = ? AND EXISTS "
+            f"({owned_conversation('?')})", (conversation_id, item_id, conversation_id, project)).fetchone())
         return json.loads(row[0]) if row else None
 
-    async def count_conversation_items(self, conversation_id: str) -> int:
+    async def count_conversation_items(self, conversation_id: str, project: str) -> int:
         return await self._run(lambda db: db.execute(
-            "SELECT count(*) FROM conversation_items WHERE conversation_id = ?", (conversation_id,)).fetchone()[0])
+            f"SELECT count(*) FROM conversation_items WHERE conversation_id = ? AND EXISTS ({owned_conversation('?')})",
+            (conversation_id, conversation_id, project)).fetchone()[0])
 
     async def save_file(self, record: StoredFile, parts: Iterable[bytes]) -> None:
         def write(db: sqlite3.Connection) -> None:
@@ -288,10 +298,10 @@ class SqliteStore:
         return await self._run(lambda db: db.execute(
             "DELETE FROM files WHERE id = ? AND project = ?", (file_id, project)).rowcount > 0)
 
-    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
+    async def delete_conversation_item(self, conversation_id: str, item_id: str, project: str) -> bool:
         return await self._run(lambda db: db.execute(
-            "DELETE FROM conversation_items WHERE conversation_id = ? AND item_id = ?",
-            (conversation_id, item_id)).rowcount > 0)
+            f"DELETE FROM conversation_items WHERE conversation_id = ? AND item_id = ? AND EXISTS "
+            f"({owned_conversation('?')})", (conversation_id, item_id, conversation_id, project)).rowcount > 0)
 
     async def enforce_retention(self, batch: int) -> int:
         def delete(db: sqlite3.Connection) -> int:
@@ -356,14 +366,14 @@ class SqliteStore:
     async def leave(self, replica_id: str) -> None:
         await self._run(lambda db: db.execute("DELETE FROM replicas WHERE id = ?", (replica_id,)))
 
-    async def response_home(self, response_id: str) -> str | None:
-        row = await self._run(lambda db: db.execute("SELECT replica FROM responses WHERE id = ?",
-                                                    (response_id,)).fetchone())
+    async def response_home(self, response_id: str, project: str) -> str | None:
+        row = await self._run(lambda db: db.execute("SELECT replica FROM responses WHERE id = ? AND project = ?",
+                                                    (response_id, project)).fetchone())
         return row[0] if row else None
 
-    async def conversation_home(self, conversation_id: str) -> str | None:
-        row = await self._run(lambda db: db.execute("SELECT replica FROM conversations WHERE id = ?",
-                                                    (conversation_id,)).fetchone())
+    async def conversation_home(self, conversation_id: str, project: str) -> str | None:
+        row = await self._run(lambda db: db.execute("SELECT replica FROM conversations WHERE id = ? AND project = ?",
+                                                    (conversation_id, project)).fetchone())
         return row[0] if row else None
 
     async def close(self) -> None:

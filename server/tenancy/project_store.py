@@ -1,8 +1,7 @@
 """One project's view of the store: the only way requests read or change stored responses and conversations.
 
-Another project's object is exactly a missing one: every read, change and delete goes through the owner here, and
-what is saved is stamped with this project. An object's project never changes (no update touches it), so a check of
-the owner followed by the act cannot be raced into acting on another project's object.
+Another project's object is exactly a missing one: every read, change and delete passes the project to the store,
+whose query filters by it, and what is saved is stamped with this project. No update touches an object's project.
 """
 
 from __future__ import annotations
@@ -37,11 +36,10 @@ class ProjectStore:
         return await self.store.finish_owned(replace(record, project=self.project), events)
 
     async def get(self, response_id: str) -> StoredResponse | None:
-        record = await self.store.get(response_id)
-        return record if record is not None and record.project == self.project else None
+        return await self.store.get(response_id, self.project)
 
     async def events_after(self, response_id: str, after: int) -> list[str]:
-        return await self.store.events_after(response_id, after) if await self._owns(response_id) else []
+        return await self.store.events_after(response_id, after, self.project)
 
     async def delete(self, response_id: str) -> bool:
         return await self.store.delete(response_id, self.project)
@@ -51,18 +49,13 @@ class ProjectStore:
 
     async def input_items(self, response_id: str, after: str | None, limit: int,
                           order: Order) -> tuple[list[dict[str, Any]], bool]:
-        if not await self._owns(response_id):
-            return [], False
-        return await self.store.input_items(response_id, after, limit, order)
+        return await self.store.input_items(response_id, after, limit, order, self.project)
 
     async def request_cancel(self, response_id: str) -> bool:
-        return await self._owns(response_id) and await self.store.request_cancel(response_id)
+        return await self.store.request_cancel(response_id, self.project)
 
     async def response_home(self, response_id: str) -> str | None:
-        return await self.store.response_home(response_id) if await self._owns(response_id) else None
-
-    async def _owns(self, response_id: str) -> bool:
-        return await self.store.response_project(response_id) == self.project
+        return await self.store.response_home(response_id, self.project)
 
     # -- conversations -------------------------------------------------------------------------------------
 
@@ -70,48 +63,33 @@ class ProjectStore:
         await self.store.create_conversation(replace(conversation, project=self.project), items)
 
     async def get_conversation(self, conversation_id: str) -> StoredConversation | None:
-        conversation = await self.store.get_conversation(conversation_id)
-        return conversation if conversation is not None and conversation.project == self.project else None
+        return await self.store.get_conversation(conversation_id, self.project)
 
     async def update_conversation(self, conversation_id: str, metadata: dict[str, str]) -> StoredConversation | None:
-        if await self.get_conversation(conversation_id) is None:
-            return None
-        return await self.store.update_conversation(conversation_id, metadata)
+        return await self.store.update_conversation(conversation_id, metadata, self.project)
 
     async def delete_conversation(self, conversation_id: str) -> bool:
         return await self.store.delete_conversation(conversation_id, self.project)
 
     async def add_conversation_items(self, conversation_id: str, items: list[dict[str, Any]],
                                      replica: str | None = None) -> bool:
-        if await self.get_conversation(conversation_id) is None:
-            return False
-        return await self.store.add_conversation_items(conversation_id, items, replica)
+        return await self.store.add_conversation_items(conversation_id, items, replica, self.project)
 
     async def conversation_items(self, conversation_id: str, after: str | None, limit: int | None,
                                  order: Order) -> tuple[list[dict[str, Any]], bool]:
-        if await self.get_conversation(conversation_id) is None:
-            return [], False
-        return await self.store.conversation_items(conversation_id, after, limit, order)
+        return await self.store.conversation_items(conversation_id, after, limit, order, self.project)
 
     async def count_conversation_items(self, conversation_id: str) -> int:
-        if await self.get_conversation(conversation_id) is None:
-            return 0
-        return await self.store.count_conversation_items(conversation_id)
+        return await self.store.count_conversation_items(conversation_id, self.project)
 
     async def conversation_item(self, conversation_id: str, item_id: str) -> dict[str, Any] | None:
-        if await self.get_conversation(conversation_id) is None:
-            return None
-        return await self.store.conversation_item(conversation_id, item_id)
+        return await self.store.conversation_item(conversation_id, item_id, self.project)
 
     async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
-        if await self.get_conversation(conversation_id) is None:
-            return False
-        return await self.store.delete_conversation_item(conversation_id, item_id)
+        return await self.store.delete_conversation_item(conversation_id, item_id, self.project)
 
     async def conversation_home(self, conversation_id: str) -> str | None:
-        if await self.get_conversation(conversation_id) is None:
-            return None
-        return await self.store.conversation_home(conversation_id)
+        return await self.store.conversation_home(conversation_id, self.project)
 
     # -- files: the store filters by project in each query ----------------------------------------------------
 
