@@ -132,12 +132,8 @@ class PostgresStore:
 
     async def input_items(self, response_id: str, after: str | None, limit: int, order: Order,
                           project: str) -> tuple[list[dict[str, Any]], bool]:
-        async def read(db: Connection) -> tuple[list[dict[str, Any]], bool]:
-            if await (await db.execute(owned_response("%s"), (response_id, project))).fetchone() is None:
-                return [], False
-            return await _page(db, "input_items", "response_id", response_id, after, limit, order)
-
-        return await self._run(read)
+        return await self._run(lambda db: _owned_page(db, owned_response("%s"), "input_items", "response_id",
+                                                      response_id, project, after, limit, order))
 
     async def append_events(self, response_id: str, events: list[str], owner: str) -> bool:
         async def write(db: Connection) -> bool:
@@ -234,12 +230,8 @@ class PostgresStore:
 
     async def conversation_items(self, conversation_id: str, after: str | None, limit: int | None, order: Order,
                                  project: str) -> tuple[list[dict[str, Any]], bool]:
-        async def read(db: Connection) -> tuple[list[dict[str, Any]], bool]:
-            if await (await db.execute(owned_conversation("%s"), (conversation_id, project))).fetchone() is None:
-                return [], False
-            return await _page(db, "conversation_items", "conversation_id", conversation_id, after, limit, order)
-
-        return await self._run(read)
+        return await self._run(lambda db: _owned_page(db, owned_conversation("%s"), "conversation_items",
+                                                      "conversation_id", conversation_id, project, after, limit, order))
 
     async def count_conversation_items(self, conversation_id: str, project: str) -> int:
         rows = await self._rows(f"SELECT count(*) FROM conversation_items WHERE conversation_id = %s AND EXISTS "
@@ -412,6 +404,14 @@ async def _append(db: Connection, conversation_id: str, items: list[dict[str, An
         await cursor.executemany(
             "INSERT INTO conversation_items (conversation_id, position, item_id, item) VALUES (%s, %s, %s, %s) "
             "ON CONFLICT DO NOTHING", item_rows(conversation_id, last + 1, items))
+
+
+async def _owned_page(db: Connection, owned: str, table: str, owner_column: str, owner: str, project: str,
+                      after: str | None, limit: int | None, order: Order) -> tuple[list[dict[str, Any]], bool]:
+    """A page of an object's items if the object is `project`'s (`owned`: the query that finds it so), else none."""
+    if await (await db.execute(owned, (owner, project))).fetchone() is None:
+        return [], False
+    return await _page(db, table, owner_column, owner, after, limit, order)
 
 
 async def _page(db: Connection, table: str, owner_column: str, owner: str, after: str | None, limit: int | None,

@@ -141,12 +141,8 @@ class SqliteStore:
 
     async def input_items(self, response_id: str, after: str | None, limit: int, order: Order,
                           project: str) -> tuple[list[dict[str, Any]], bool]:
-        def read(db: sqlite3.Connection) -> tuple[list[dict[str, Any]], bool]:
-            if db.execute(owned_response("?"), (response_id, project)).fetchone() is None:
-                return [], False
-            return _page(db, "input_items", "response_id", response_id, after, limit, order)
-
-        return await self._run(read)
+        return await self._run(lambda db: _owned_page(db, owned_response("?"), "input_items", "response_id",
+                                                      response_id, project, after, limit, order))
 
     async def append_events(self, response_id: str, events: list[str], owner: str) -> bool:
         def write(db: sqlite3.Connection) -> bool:
@@ -248,12 +244,8 @@ class SqliteStore:
 
     async def conversation_items(self, conversation_id: str, after: str | None, limit: int | None, order: Order,
                                  project: str) -> tuple[list[dict[str, Any]], bool]:
-        def read(db: sqlite3.Connection) -> tuple[list[dict[str, Any]], bool]:
-            if db.execute(owned_conversation("?"), (conversation_id, project)).fetchone() is None:
-                return [], False
-            return _page(db, "conversation_items", "conversation_id", conversation_id, after, limit, order)
-
-        return await self._run(read)
+        return await self._run(lambda db: _owned_page(db, owned_conversation("?"), "conversation_items",
+                                                      "conversation_id", conversation_id, project, after, limit, order))
 
     async def conversation_item(self, conversation_id: str, item_id: str, project: str) -> dict[str, Any] | None:
         row = await self._run(lambda db: db.execute(
@@ -444,6 +436,14 @@ def _append(db: sqlite3.Connection, conversation_id: str, items: list[dict[str, 
                          (conversation_id,)).fetchone()
     db.executemany("INSERT OR IGNORE INTO conversation_items (conversation_id, position, item_id, item) VALUES (?, ?, ?, ?)",
                    item_rows(conversation_id, last + 1, items))
+
+
+def _owned_page(db: sqlite3.Connection, owned: str, table: str, owner_column: str, owner: str, project: str,
+                after: str | None, limit: int | None, order: Order) -> tuple[list[dict[str, Any]], bool]:
+    """A page of an object's items if the object is `project`'s (`owned`: the query that finds it so), else none."""
+    if db.execute(owned, (owner, project)).fetchone() is None:
+        return [], False
+    return _page(db, table, owner_column, owner, after, limit, order)
 
 
 def _page(db: sqlite3.Connection, table: str, owner_column: str, owner: str, after: str | None, limit: int | None,
