@@ -102,7 +102,7 @@ def test_sigterm_drains_then_fails_what_is_left_and_exits_zero(server: RunningSe
     async def stored() -> dict[str, str]:
         store = SqliteStore(server.data_dir / "responses.db")
         try:
-            records = {key: await store.get(value) for key, value in
+            records = {key: await store.get(value, "default") for key, value in
                        {"long": failed.id, "background": background["id"], "short": short_events[-1]["response"]["id"]}.items()}
             return {key: record.status if record else "missing" for key, record in records.items()}
         finally:
