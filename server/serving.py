@@ -21,6 +21,7 @@ from server.paths.choice import choose_path
 from server.history.chains import KnownChains
 from server.prompts.known import KnownPrompts
 from server.replicas.registry import ReplicaRegistry
+from server.retrieval.service import Retrieval
 from server.runs.admission import Admission
 from server.runs.background import BackgroundRuns
 from server.runs.pending_saves import PendingSaves
@@ -55,6 +56,7 @@ class ServingContext:
     sealer: Sealer = field(default_factory=Sealer.ephemeral)  # seals reasoning for stateless clients
     admission: Admission = field(default_factory=Admission)
     replicas: ReplicaRegistry | None = None  # this replica among those sharing the store (None: no store)
+    retrieval: Retrieval | None = None  # vector stores and file_search (None: no store, or no embedding model)
     started_at: int = field(default_factory=lambda: int(time.time()))
     work_pool: WorkPool = field(init=False)  # CPU-heavy input work, off the event loop
     file_texts: FileTexts = field(init=False)  # files' texts, read once

@@ -12,6 +12,7 @@ from server.http import errors, instrumentation, openapi
 from server.http.auth import OPEN_PATHS, APIKeyMiddleware
 from server.http.forwarding import Forwarder, NoForwarding
 from server.http.file_routes import router as file_router
+from server.http.vector_store_routes import router as vector_store_router
 from server.http.file_routes import upload_limits
 from server.http.limits import BodySizeLimit
 from server.metrics import watch_event_loop_lag
@@ -39,6 +40,8 @@ def create_app(context: ServingContext) -> FastAPI:
             sender.start()
         if context.replicas is not None:
             context.replicas.start()
+        if context.retrieval is not None:
+            context.retrieval.start()
         try:
             yield
         finally:
@@ -50,6 +53,8 @@ def create_app(context: ServingContext) -> FastAPI:
                 await sender.stop()
             await context.background.shutdown()
             await context.pending_saves.shutdown()
+            if context.retrieval is not None:
+                await context.retrieval.stop()
             await context.limiter.close()  # the usage of the last responses, written before the store closes
             context.work_pool.close()
             if context.engine is not None:
@@ -73,6 +78,7 @@ def create_app(context: ServingContext) -> FastAPI:
     app.include_router(conversation_router)
     app.include_router(usage_router)
     app.include_router(file_router)
+    app.include_router(vector_store_router)
     app.include_router(websocket_router)
     return app
 

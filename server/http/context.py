@@ -8,6 +8,7 @@ from starlette.requests import HTTPConnection
 from server.http.errors import APIError
 from server.serving import ServingContext
 from server.tenancy.keys import Caller
+from server.retrieval.project import ProjectRetrieval
 from server.tenancy.project_store import ProjectStore
 
 
@@ -28,3 +29,12 @@ def required_store(request: HTTPConnection) -> ProjectStore:
     if store is None:
         raise APIError("This server stores nothing (started with --store none).", status=404)
     return store
+
+
+def required_retrieval(request: HTTPConnection) -> ProjectRetrieval:
+    """The vector stores as the request's project sees them; a server without them answers 404."""
+    context = serving_context(request)
+    store = required_store(request)
+    if context.retrieval is None:
+        raise APIError("This server keeps no vector stores (started with --embedding-model none).", status=404)
+    return ProjectRetrieval(context.retrieval, store, context.clock)

@@ -68,22 +68,8 @@ class SqliteStore:
         """A connection to the migrated file (kept only once the migrations are in)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(self.path, check_same_thread=False, timeout=self.busy_timeout)
-        deadline = time.monotonic() + self.busy_timeout
-        while True:
-            try:
-                connection.execute("PRAGMA journal_mode=WAL")  # (switching a new file to WAL does not wait on a
-                connection.execute("PRAGMA synchronous=NORMAL")  # lock another process holds: it is retried here)
-                connection.execute("PRAGMA foreign_keys=ON")
-                _migrate(connection)
-                return connection
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
-                    connection.close()
-                    raise
-                time.sleep(0.05)
-            except BaseException:
-                connection.close()
-                raise
+        migrate_file(connection, self.busy_timeout)
+        return connection
 
     async def save(self, record: StoredResponse, events: list[str] | None = None) -> None:
         def write(db: sqlite3.Connection) -> None:
@@ -377,6 +363,27 @@ class SqliteStore:
             self._connection.close()
             self._connection = None
         self._executor.shutdown(wait=True)
+
+
+def migrate_file(connection: sqlite3.Connection, busy_timeout: float) -> None:
+    """A new connection set up (WAL, foreign keys) and its file migrated; closed if that fails. A connection of
+    another build of SQLite's module (the retrieval index's pysqlite3) is set up the same way."""
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")  # (switching a new file to WAL does not wait on a
+            connection.execute("PRAGMA synchronous=NORMAL")  # lock another process holds: it is retried here)
+            connection.execute("PRAGMA foreign_keys=ON")
+            _migrate(connection)
+            return
+        except Exception as exc:  # sqlite3's OperationalError, or pysqlite3's
+            if type(exc).__name__ != "OperationalError" or "locked" not in str(exc) or time.monotonic() > deadline:
+                connection.close()
+                raise
+            time.sleep(0.05)
+        except BaseException:
+            connection.close()
+            raise
 
 
 def _migrate(db: sqlite3.Connection) -> None:
