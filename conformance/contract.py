@@ -39,9 +39,11 @@ _HOSTED_PROGRESS = {f"response.{item}.{stage}": (item, stage)
                     for item, stages in (("mcp_call", ("in_progress", "completed", "failed")),
                                          ("mcp_list_tools", ("in_progress", "completed", "failed")),
                                          ("web_search_call", ("in_progress", "searching", "completed")),
-                                         ("code_interpreter_call", ("in_progress", "interpreting", "completed")))
+                                         ("code_interpreter_call", ("in_progress", "interpreting", "completed")),
+                                         ("file_search_call", ("in_progress", "searching", "completed")))
                     for stage in stages}
-_HOSTED_RUNS = ("mcp_call", "web_search_call", "code_interpreter_call")  # calls the server ran: done as it ended
+_HOSTED_RUNS = ("mcp_call", "web_search_call", "code_interpreter_call", "file_search_call")  # calls the server ran:
+# done as they ended
 
 
 class ContractViolation(AssertionError):
@@ -65,6 +67,7 @@ class _OpenItem:
     progress: str | None = None  # a hosted item's last progress event (in_progress, completed, failed)
     commands: list[list[str]] = field(default_factory=list)  # a shell call's commands, as their deltas came
     commands_done: int = 0
+    annotations: list[dict[str, Any]] = field(default_factory=list)  # the open output_text part's, as added
 
 
 def _check(condition: bool, message: str) -> None:
@@ -133,6 +136,7 @@ def _part_or_tool_event(current: _OpenItem, kind: str, event: dict[str, Any]) ->
         _check(not current.part_open, "a content part was added while another is open")
         _check(event["content_index"] == len(current.parts), "content_index is not next")
         current.part_open, current.part_text, current.part_done_value = True, [], None
+        current.annotations = []
         current.parts.append(event["part"])
     elif kind in _PART_DELTAS:
         _check(current.part_open and current.part_done_value is None, f"{kind} outside an open part")
@@ -146,11 +150,19 @@ def _part_or_tool_event(current: _OpenItem, kind: str, event: dict[str, Any]) ->
         _check(current.part_open and current.parts[-1]["type"] == part_kind, f"{kind} outside its part")
         _check(event[value_field] == "".join(current.part_text), f"{kind} differs from its concatenated deltas")
         current.part_done_value = event[value_field]
+    elif kind == "response.output_text.annotation.added":
+        _check(current.part_open and current.parts[-1]["type"] == "output_text", f"{kind} outside an output_text part")
+        _check(event["content_index"] == len(current.parts) - 1, f"{kind} for the wrong content_index")
+        _check(event["annotation_index"] == len(current.annotations), f"{kind}'s annotation_index is not next")
+        current.annotations.append(event["annotation"])
     elif kind == "response.content_part.done":
         _check(current.part_done_value is not None, "content_part.done before the part's done event")
         part = event["part"]
         value_field = "refusal" if part["type"] == "refusal" else "text"
         _check(part[value_field] == current.part_done_value, "content_part.done carries another value")
+        if part["type"] == "output_text":
+            _check(part.get("annotations", []) == current.annotations, "the done part's annotations differ from the "
+                   "annotations added")
         current.parts[-1] = part
         current.part_open = False
     elif kind.startswith("response.reasoning_summary_"):
@@ -250,7 +262,8 @@ def _close_item(current: _OpenItem, item: dict[str, Any]) -> None:
         failed = item.get("error") is not None
         _check(current.progress == ("failed" if failed else "completed"), f"{item['type']} done after "
                f"{current.progress} progress, with{'' if failed else 'out'} an error")
-    if item["type"] in ("web_search_call", "code_interpreter_call") and item.get("status") == "completed":
+    if item["type"] in ("web_search_call", "code_interpreter_call", "file_search_call") \
+            and item.get("status") == "completed":
         _check(current.progress == "completed", f"{item['type']} completed without its completed event")
     if item["type"] in ("message", "reasoning"):
         _check(item.get("content") == current.parts, "the done item's content differs from its done parts")

@@ -30,9 +30,12 @@ SDK_ONLY_EVENTS = frozenset({
     "response.code_interpreter_call.in_progress", "response.code_interpreter_call.interpreting",
     "response.code_interpreter_call.completed", "response.code_interpreter_call_code.delta",
     "response.code_interpreter_call_code.done",
+    "response.file_search_call.in_progress", "response.file_search_call.searching",
+    "response.file_search_call.completed",
 })
-# Output items and tools of the SDK beyond the spec's (a custom tool and its call): accepted as extensions.
-_EXTENDED_UNIONS = {"ItemField": "type", "Tool": "type"}
+# Output items, tools and annotations of the SDK beyond the spec's (a custom tool and its call, a file search's call
+# and the file citations of the answer): accepted as extensions.
+_EXTENDED_UNIONS = {"ItemField": "type", "Tool": "type", "Annotation": "type"}
 # Where this structural copy lost a branch of the published spec: a json_schema format's `schema` is an object or
 # null there (`z.union([z.object({}), z.null()])` in the spec's own zod schemas), not null only.
 _CORRECTIONS = {("JsonSchemaResponseFormat", "schema"): {"anyOf": [{"type": "object"}, {"type": "null"}]}}

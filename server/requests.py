@@ -292,6 +292,16 @@ class CodeInterpreterCallItem(_Lenient):
     status: str | None = None
 
 
+class FileSearchCallItem(_Lenient):
+    """An earlier `file_search` call the server ran, with its results when the request that made it included them."""
+
+    type: Literal["file_search_call"]
+    id: ItemId
+    queries: list[str] = Field(default_factory=list)
+    results: list[dict[str, Any]] | None = None
+    status: str | None = None
+
+
 class LocalShellCallItem(_Lenient):
     """An earlier call of the `local_shell` tool (Codex's older shell): the client ran `action.command`."""
 
@@ -408,6 +418,7 @@ _ITEM_TYPES: dict[str, type[BaseModel]] = {
     "apply_patch_call_output": ApplyPatchCallOutputItem,
     "web_search_call": WebSearchCallItem,
     "code_interpreter_call": CodeInterpreterCallItem,
+    "file_search_call": FileSearchCallItem,
     "local_shell_call": LocalShellCallItem,
     "local_shell_call_output": LocalShellCallOutputItem,
     "tool_search_call": ToolSearchCallItem,

@@ -21,6 +21,7 @@ from server.paths.choice import choose_path
 from server.history.chains import KnownChains
 from server.prompts.known import KnownPrompts
 from server.replicas.registry import ReplicaRegistry
+from server.retrieval.project import ProjectRetrieval
 from server.retrieval.service import Retrieval
 from server.runs.admission import Admission
 from server.runs.background import BackgroundRuns
@@ -89,6 +90,13 @@ class ServingContext:
     def project_store(self, project: str) -> ProjectStore | None:
         """The store as `project` sees it: its own responses and conversations only (None: no store)."""
         return ProjectStore(self.store, project) if self.store is not None else None
+
+    def project_retrieval(self, project: str) -> ProjectRetrieval | None:
+        """The vector stores as `project` sees them (None: no store, or no embedding model)."""
+        store = self.project_store(project)
+        if self.retrieval is None or store is None:
+            return None
+        return ProjectRetrieval(self.retrieval, store, self.clock)
 
     def started(self) -> tuple[Engine, ModelPath]:
         """The engine and the model path, once `start()` has run (the app's lifespan runs it)."""

@@ -21,6 +21,7 @@ from openai.types.responses import (
     ResponseOutputItem,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
+    ResponseOutputTextAnnotationAddedEvent,
     ResponseReasoningSummaryPartAddedEvent,
     ResponseReasoningSummaryPartDoneEvent,
     ResponseReasoningSummaryTextDeltaEvent,
@@ -50,6 +51,7 @@ from streaming.ids import ITEM_PREFIXES, IdFactory, random_id
 from streaming.items import (
     ItemKind,
     ItemRecord,
+    Citable,
     ItemStatus,
     ListedTools,
     PartKind,
@@ -60,6 +62,7 @@ from streaming.items import (
     ToolResult,
     usage_model,
 )
+from streaming.citations import file_citations
 from streaming.outcome import Finished
 from streaming.response import wire_response
 from streaming.writers import item_writers
@@ -94,7 +97,7 @@ _TEXT_TARGETS: dict[type, tuple[ItemKind, PartKind]] = {
 _CALL_ITEMS: dict[str, ItemKind] = {"function": "function_call", "custom": "custom_tool_call", "mcp": "mcp_call",
                                     "mcp_approval": "mcp_approval_request", "shell": "shell_call",
                                     "apply_patch": "apply_patch_call", "web_search": "web_search_call",
-                                    "code_interpreter": "code_interpreter_call"}
+                                    "code_interpreter": "code_interpreter_call", "file_search": "file_search_call"}
 _FAILURE_MESSAGES = {"abort": "generation was aborted", "error": "generation failed",
                      "cancelled": "the response was cancelled"}
 
@@ -110,6 +113,7 @@ class _State:
     open_item: ItemRecord | None = None
     awaited: ItemRecord | None = None  # a hosted item the model (or the server) has finished, waiting for its result
     pending_whitespace: list[OutputText] = field(default_factory=list)
+    citable: dict[int, Citable] = field(default_factory=dict)  # the results the answer may cite, by their number
     started: bool = False
     terminal: Response | None = None
 
@@ -192,6 +196,9 @@ class ResponseBuilder:
         item = self._state.awaited
         assert item is not None and not self.finished
         item.result, self._state.awaited = result, None
+        if isinstance(result, ToolResult):
+            for number, source in enumerate(result.citable, result.first_citation):
+                self._state.citable[number] = source
         status: ItemStatus = "completed"
         return self._writers[item.kind].resulting(item, self._emit) + self._item_done(item, status)
 
@@ -449,6 +456,12 @@ class ResponseBuilder:
     def _close_part(self, item: ItemRecord, part: PartRecord) -> list[ResponseStreamEvent]:
         text = part.final_text = "".join(part.chunks)
         where = dict(item_id=item.id, output_index=item.output_index, content_index=item.parts.index(part))
+        cited: list[ResponseStreamEvent] = []
+        if part.kind == "output_text" and self._state.citable:
+            part.annotations = file_citations(text, self._state.citable)
+            cited = [self._emit(ResponseOutputTextAnnotationAddedEvent, type="response.output_text.annotation.added",
+                                annotation=annotation, annotation_index=index, **where)
+                     for index, annotation in enumerate(part.annotations)]
         if part.kind == "output_text":
             done = self._emit(ResponseTextDoneEvent, type="response.output_text.done", text=text,
                               logprobs=[delta_logprob(lp) for lp in part.logprobs], **where)
@@ -456,8 +469,8 @@ class ResponseBuilder:
             done = self._emit(ResponseRefusalDoneEvent, type="response.refusal.done", refusal=text, **where)
         else:
             done = self._emit(ResponseReasoningTextDoneEvent, type="response.reasoning_text.done", text=text, **where)
-        return [done, self._emit(ResponseContentPartDoneEvent, type="response.content_part.done",
-                                     part=part_model(part, text), **where)]
+        return [*cited, done, self._emit(ResponseContentPartDoneEvent, type="response.content_part.done",
+                                             part=part_model(part, text), **where)]
 
     # -- the response -----------------------------------------------------------------------
 

@@ -56,3 +56,20 @@ def web_search_action(name: str, arguments: str) -> dict[str, Any]:
     if name == "find":
         return {"type": "find_in_page", "pattern": str(values.get("pattern") or ""), "url": ""}
     return {"type": "search", "query": str(values.get("query") or "")}
+
+
+MAX_SEARCH_QUERIES = 5
+
+
+def search_queries(arguments: str) -> list[str]:
+    """A file search call's queries (`{"queries": [...]}`, or one `query`; arguments that are no JSON: one query),
+    at most MAX_SEARCH_QUERIES."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return [arguments.strip()] if arguments.strip() else []
+    if not isinstance(parsed, dict):
+        return []
+    found = parsed.get("queries", parsed.get("query"))
+    items = [found] if isinstance(found, str) else found if isinstance(found, list) else []
+    return [item for item in items if isinstance(item, str) and item.strip()][:MAX_SEARCH_QUERIES]

@@ -13,7 +13,8 @@ from parsers.deltas import TokenLogprob
 from streaming.outcome import Finished
 
 ItemKind = Literal["message", "reasoning", "function_call", "custom_tool_call", "mcp_call", "mcp_approval_request",
-                   "mcp_list_tools", "shell_call", "apply_patch_call", "web_search_call", "code_interpreter_call"]
+                   "mcp_list_tools", "shell_call", "apply_patch_call", "web_search_call", "code_interpreter_call",
+                   "file_search_call"]
 PartKind = Literal["output_text", "refusal", "reasoning_text", "summary_text"]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 Phase = Literal["commentary", "final_answer"]  # a preamble before more output, or the answer
@@ -27,6 +28,7 @@ class PartRecord:
     chunks: list[str] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     final_text: str | None = None  # set once, when the part closes
+    annotations: list[dict[str, Any]] = field(default_factory=list)  # an output_text's citations, set as it closes
 
 
 @dataclass
@@ -48,12 +50,24 @@ class ItemRecord:
 
 
 @dataclass(frozen=True)
+class Citable:
+    """A result a hosted search showed the model, which its answer may cite."""
+
+    file_id: str
+    filename: str
+
+
+@dataclass(frozen=True)
 class ToolResult:
     """What the server got from running a hosted tool (an MCP server's): its output, or the error it ended in (one
-    of the SDK's `McpToolCallError` shapes)."""
+    of the SDK's `McpToolCallError` shapes). A search's result also has what the item shows of it (`data`, when the
+    request includes it) and the results its answer may cite, numbered from `first_citation`."""
 
     output: str | None = None
     error: dict[str, Any] | None = None
+    data: list[dict[str, Any]] | None = None
+    citable: tuple[Citable, ...] = ()
+    first_citation: int = 1
 
 
 @dataclass(frozen=True)
@@ -70,7 +84,7 @@ def part_model(part: PartRecord, text: str | None) -> dict[str, Any]:
     text = text or ""
     if part.kind == "output_text":
         logprobs = [output_logprob(lp) for lp in part.logprobs] if text else []
-        return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
+        return {"type": "output_text", "text": text, "annotations": list(part.annotations), "logprobs": logprobs}
     if part.kind == "refusal":
         return {"type": "refusal", "refusal": text}
     return {"type": part.kind, "text": text}

@@ -13,6 +13,10 @@ from openai.types.responses import (
     ResponseCodeInterpreterCallInProgressEvent,
     ResponseCodeInterpreterCallInterpretingEvent,
     ResponseCodeInterpreterToolCall,
+    ResponseFileSearchCallCompletedEvent,
+    ResponseFileSearchCallInProgressEvent,
+    ResponseFileSearchCallSearchingEvent,
+    ResponseFileSearchToolCall,
     ResponseFunctionWebSearch,
     ResponseWebSearchCallCompletedEvent,
     ResponseWebSearchCallInProgressEvent,
@@ -43,7 +47,7 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_output_item import McpApprovalRequest, McpCall, McpListTools, McpListToolsTool
 
-from streaming.client_calls import patch_operation, python_code, shell_action, web_search_action
+from streaming.client_calls import patch_operation, python_code, search_queries, shell_action, web_search_action
 from streaming.items import ItemKind, ItemRecord, ItemStatus, ListedTools, ToolResult, part_model
 
 CONTAINER_ID = "local"  # python runs on the operator's tool server, not in an OpenAI container
@@ -319,6 +323,37 @@ class CodeInterpreterWriter(ItemWriter):
                      item_id=item.id, output_index=item.output_index)]
 
 
+class FileSearchWriter(ItemWriter):
+    """A `file_search` call the server runs: its queries; in progress, searching once the call is whole, then
+    completed (`response.file_search_call.*`), with its results when the request includes them."""
+
+    awaits_result = True
+    takes_input = True
+
+    def model(self, item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
+        result = item.result if isinstance(item.result, ToolResult) else None
+        failed = result is not None and result.error is not None
+        results = result.data if result is not None and not failed else None
+        queries = search_queries("".join(item.arguments)) if status != "in_progress" or item.arguments else []
+        return ResponseFileSearchToolCall(type="file_search_call", id=item.id, queries=queries,
+                                          status="failed" if failed else status, results=results)
+
+    def opening(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        return [emit(ResponseFileSearchCallInProgressEvent, type="response.file_search_call.in_progress",
+                     item_id=item.id, output_index=item.output_index)]
+
+    def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> list[ResponseStreamEvent]:
+        return []
+
+    def closing(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        return [emit(ResponseFileSearchCallSearchingEvent, type="response.file_search_call.searching",
+                     item_id=item.id, output_index=item.output_index)]
+
+    def resulting(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
+        return [emit(ResponseFileSearchCallCompletedEvent, type="response.file_search_call.completed",
+                     item_id=item.id, output_index=item.output_index)]
+
+
 def item_writers(seal_reasoning: Callable[[str], str] | None = None) -> dict[ItemKind, ItemWriter]:
     """The writer of each kind the builder streams (a reasoning item sealed with `seal_reasoning`, when given)."""
     return {"message": MessageWriter(), "reasoning": ReasoningWriter(seal_reasoning),
@@ -331,4 +366,4 @@ def item_writers(seal_reasoning: Callable[[str], str] | None = None) -> dict[Ite
             "mcp_call": McpCallWriter(), "mcp_approval_request": McpApprovalWriter(),
             "mcp_list_tools": McpListToolsWriter(), "shell_call": ShellCallWriter(),
             "apply_patch_call": ApplyPatchCallWriter(), "web_search_call": WebSearchWriter(),
-            "code_interpreter_call": CodeInterpreterWriter()}
+            "code_interpreter_call": CodeInterpreterWriter(), "file_search_call": FileSearchWriter()}

@@ -33,8 +33,8 @@ def required_store(request: HTTPConnection) -> ProjectStore:
 
 def required_retrieval(request: HTTPConnection) -> ProjectRetrieval:
     """The vector stores as the request's project sees them; a server without them answers 404."""
-    context = serving_context(request)
-    store = required_store(request)
-    if context.retrieval is None:
+    retrieval = serving_context(request).project_retrieval(caller(request).project)
+    if retrieval is None:
+        required_store(request)  # a server with no store says so
         raise APIError("This server keeps no vector stores (started with --embedding-model none).", status=404)
-    return ProjectRetrieval(context.retrieval, store, context.clock)
+    return retrieval

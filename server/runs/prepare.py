@@ -27,6 +27,7 @@ from server.paths.tools import tool_definitions
 from server.requests import CompactionItem, ResponsesRequest
 from server.runs.echoed_settings import response_settings
 from server.runs.generation import ApprovedCall, Continuation, ResponseRun
+from server.tools.file_search import FileSearch, file_search_tool
 from server.tools.hosted import HostedTools, hosted_tools
 from server.runs.stored_run import ConversationLink, StoredRun
 from server.history.sealed_items import open_sealed_items, reasoning_sealer
@@ -76,7 +77,7 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, project: 
         raise RequestError("Background responses must be stored (store: true, and a server with a store).",
                            param="background")
     conversation = await conversation_of(context, body, project, earlier)
-    hosted = await hosted_tools(conversation, body, context.config.mcp)
+    hosted = await hosted_tools(conversation, body, context.config.mcp, await _file_search(context, body, project))
     unavailable = hosted.unavailable
     if unavailable is not None and not (body.stream or body.background or earlier is not None):
         raise DependencyFailed(unavailable.error or "", param="tools")  # a stream says it with its events
@@ -106,6 +107,11 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, project: 
                      kept_in=earlier, replica=context.replicas.replica_id if context.replicas else None)
 
 
+async def _file_search(context: ServingContext, body: ResponsesRequest, project: str) -> FileSearch | None:
+    """The request's file_search tool, on the project's vector stores (checked: 400s, 404s)."""
+    return await file_search_tool(body.tools, body.include, context.project_retrieval(project))
+
+
 async def _first_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
                      fetched: Mapping[str, bytes], hosted: HostedTools, compacting: bool,
                      keys: PromptKeys) -> tuple[ResponseRun, bool]:
@@ -131,7 +137,7 @@ async def _first_run(context: ServingContext, conversation: ResponsesRequest, bo
 async def input_token_count(context: ServingContext, body: ResponsesRequest, project: str) -> int:
     """The `usage.input_tokens` a response to `body` by `project` would report: its run is prepared, not started."""
     conversation = await conversation_of(context, body, project)
-    hosted = await hosted_tools(conversation, body, context.config.mcp)
+    hosted = await hosted_tools(conversation, body, context.config.mcp, await _file_search(context, body, project))
     if hosted.unavailable is not None:
         raise DependencyFailed(hosted.unavailable.error or "", param="tools")
     run = await prepare_run(context, conversation, body, await images_fetched(context, conversation, body), hosted,
@@ -326,7 +332,7 @@ class HostedLoop:
         if cap is not None and output_tokens >= cap:
             return None
         self.passes += 1
-        made = sum(1 for item in output if item.type == "mcp_call")
+        made = sum(1 for item in output if item.type in ("mcp_call", "file_search_call"))
         left = None if self.body.max_tool_calls is None else self.body.max_tool_calls - made
         last = (left is not None and left <= 0) or self.passes >= MAX_HOSTED_PASSES
         items = self.conversation.input_items() + validated_items(

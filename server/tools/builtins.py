@@ -11,6 +11,7 @@ from server.errors import RequestError
 
 WEB_SEARCH_TYPES = ("web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26")
 BROWSER, PYTHON = "browser", "python"  # the tool servers' names, and harmony's namespaces for them
+FILE_SEARCH = "file_search"  # the tool the server runs on its vector stores (server/tools/file_search.py)
 _OBJECT = "object"
 BROWSER_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "search": ("Searches for information related to `query` and displays `topn` results.",

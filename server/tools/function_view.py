@@ -11,6 +11,7 @@ from server.requests import (
     ApplyPatchCallItem,
     ApplyPatchCallOutputItem,
     CodeInterpreterCallItem,
+    FileSearchCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     LocalShellCallItem,
@@ -25,14 +26,15 @@ from server.requests import (
     ToolSearchOutputItem,
     WebSearchCallItem,
 )
-from server.tools.builtins import BROWSER, PYTHON
+from server.tools.builtins import BROWSER, FILE_SEARCH, PYTHON
 from server.tools.client_tools import shell_output_text
 from streaming.items import ToolResult
 
 NOT_APPROVED = "The user did not approve this call: it was not run."
 _MCP_ITEMS = (McpCallItem, McpListToolsItem, McpApprovalRequestItem, McpApprovalResponseItem)
 _SHOWN_AS_FUNCTIONS = (*_MCP_ITEMS, ShellCallItem, ShellCallOutputItem, ApplyPatchCallItem, ApplyPatchCallOutputItem,
-                       WebSearchCallItem, CodeInterpreterCallItem, LocalShellCallItem, LocalShellCallOutputItem,
+                       WebSearchCallItem, CodeInterpreterCallItem, FileSearchCallItem, LocalShellCallItem,
+                       LocalShellCallOutputItem,
                        ToolSearchCallItem, ToolSearchOutputItem)
 RESULTS_NOT_KEPT = "(The results of this search were shown in an earlier response; they are not kept.)"
 
@@ -57,6 +59,9 @@ def function_items(items: list[Any], results: Mapping[str, str] = MappingProxyTy
             logs = "\n".join(str(output.get("logs") or "") for output in item.outputs or [] if isinstance(output, dict))
             out += _call_and_output(item.id, "", PYTHON, json.dumps({"code": item.code or ""}),
                                     results.get(item.id, logs))
+        elif isinstance(item, FileSearchCallItem):
+            shown = results.get(item.id) or _search_results(item.results)
+            out += _call_and_output(item.id, "", FILE_SEARCH, json.dumps({"queries": item.queries}), shown)
         elif isinstance(item, ShellCallItem):
             out.append(_call(item.call_id, "shell", json.dumps(item.action)))
         elif isinstance(item, ShellCallOutputItem):
@@ -99,6 +104,15 @@ def _tools_found(tools: list[Any]) -> list[dict[str, Any]]:
             found.append({key: tool[key] for key in ("name", "description") if isinstance(tool.get(key), str)})
             found += _tools_found(tool.get("tools") or [])
     return found
+
+
+def _search_results(results: list[dict[str, Any]] | None) -> str:
+    """What the model reads of an earlier file search: its results as the item kept them (numbered from 1 again:
+    the numbers of an earlier response's citations are that response's), or a note that they were not kept."""
+    if results is None:
+        return RESULTS_NOT_KEPT
+    return "\n\n".join(f"[{number}] {result.get('filename') or ''}\n{result.get('text') or ''}"
+                        for number, result in enumerate(results, 1)) or "No results."
 
 
 def _browser_call(action: dict[str, Any]) -> tuple[str, str]:

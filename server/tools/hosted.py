@@ -19,7 +19,8 @@ from server.requests import (
     McpListToolsItem,
     ResponsesRequest,
 )
-from server.tools.builtins import PYTHON, builtin_server, check_builtins, shown_builtin
+from server.tools.builtins import FILE_SEARCH, PYTHON, builtin_server, check_builtins, shown_builtin
+from server.tools.file_search import FileSearch, shown_file_search
 from server.tools.client_tools import CLIENT_TOOLS, shown
 from server.tools.function_view import function_items, result_text
 from server.tools.mcp_client import McpUnavailable, call_tool, list_tools
@@ -39,11 +40,12 @@ class HostedTools:
     approved: list[McpApprovalRequestItem] = field(default_factory=list)  # approved in this turn, not yet run
     builtins: bool = False  # the request offers gpt-oss's built-in tools (web_search, code_interpreter)
     results: dict[str, str] = field(default_factory=dict)  # call item id -> what the model read of its result
+    file_search: FileSearch | None = None  # the request's file_search tool, run on the project's vector stores
 
     @property
     def runs_tools(self) -> bool:
         """The server may run tools for this request: its responses go on after their calls."""
-        return bool(self.servers) or self.builtins
+        return bool(self.servers) or self.builtins or self.file_search is not None
 
     @property
     def unavailable(self) -> ListedTools | None:
@@ -56,6 +58,8 @@ class HostedTools:
         model reads of it is kept by the call's item id, for the passes after it."""
         if label in self.servers:
             result = await self._measured(self.servers[label], label, name, arguments)
+        elif not label and name == FILE_SEARCH and self.file_search is not None:
+            result = await self.file_search.call(arguments)
         else:  # a built-in tool, on the operator's tool server
             server = McpServer(label or name, self.settings.tool_servers[label or name])
             if not label:
@@ -78,9 +82,11 @@ class HostedTools:
         each MCP call a function call and its output (server/tools/function_view.py); `shell` and `apply_patch`
         tools as functions of their own schema."""
         tools = [self._namespace(tool) if tool.get("type") == "mcp" else shown(tool) if tool.get("type") in CLIENT_TOOLS
-                 else shown_builtin(tool) if builtin_server(tool) in self.settings.tool_servers else tool
+                 else shown_builtin(tool) if builtin_server(tool) in self.settings.tool_servers
+                 else shown_file_search() if tool.get("type") == FILE_SEARCH else tool
                  for tool in conversation.tools
-                 if tool.get("type") != "mcp" or tool.get("server_label") in self.servers]  # unlisted: not offered
+                 if (tool.get("type") != "mcp" or tool.get("server_label") in self.servers)  # unlisted: not offered
+                 and (tool.get("type") != FILE_SEARCH or self.file_search is not None)]
         items = function_items(conversation.input_items(), self.results)
         return conversation.model_copy(update={"tools": tools, "input": items})
 
@@ -94,10 +100,13 @@ class HostedTools:
                 "tools": members}
 
 
-async def hosted_tools(conversation: ResponsesRequest, body: ResponsesRequest, settings: McpSettings) -> HostedTools:
-    """The request's hosted tools: servers checked (400s), listed where the history holds no listing of them."""
+async def hosted_tools(conversation: ResponsesRequest, body: ResponsesRequest, settings: McpSettings,
+                       file_search: FileSearch | None = None) -> HostedTools:
+    """The request's hosted tools: servers checked (400s), listed where the history holds no listing of them; its
+    `file_search` tool (checked by server/tools/file_search.py)."""
     check_builtins(body.tools, dict(settings.tool_servers))
-    hosted = HostedTools(settings, {server.label: server for server in mcp_servers(body.tools, settings)})
+    hosted = HostedTools(settings, {server.label: server for server in mcp_servers(body.tools, settings)},
+                         file_search=file_search)
     hosted.builtins = any(builtin_server(tool) in settings.tool_servers for tool in body.tools)
     items = conversation.input_items()
     earlier = {item.server_label: item for item in items if isinstance(item, McpListToolsItem) and item.error is None}
