@@ -20,9 +20,10 @@ from streaming.items import Citable, ToolResult
 INCLUDE_RESULTS = "file_search_call.results"
 DESCRIPTION = ("Searches the user's uploaded files for passages relevant to the queries. Results are numbered; when "
                "you use one, cite it by its number in square brackets, as [1].")
-PARAMETERS = {"type": "object", "properties": {"queries": {"type": "array", "items": {"type": "string"},
-                                                           "description": "What to search for."}},
-              "required": ["queries"]}
+# Bounded (at most 3 queries of 64 characters), so that a call the model writes closes within a small budget.
+PARAMETERS = {"type": "object", "properties": {"queries": {
+    "type": "array", "items": {"type": "string", "maxLength": 64}, "minItems": 1, "maxItems": 3,
+    "description": "What to search for."}}, "required": ["queries"], "additionalProperties": False}
 
 
 @dataclass
