@@ -14,6 +14,7 @@ import json
 import struct
 import sys
 import tempfile
+import time
 import zlib
 from collections import Counter
 from contextlib import contextmanager
@@ -104,11 +105,30 @@ def fuzz_server(projects: Any = None) -> Iterator[str]:
                                               connect_seconds=2, call_seconds=2),
                               **({"projects": projects} if projects is not None else {}))
         context = ServingContext(config=config, engine_factory=lambda: engine, store=SqliteStore(Path(data) / "fuzz.db"))
+        context.retrieval = retrieval_double(context, Path(data) / "fuzz.db")
         with serve_in_thread(create_app(context)) as base_url:
             yield base_url.removesuffix("/v1")
 
 
 PROJECT_KEYS = {"alpha": "alpha-fuzz-key-0123456789abcdef", "beta": "beta-fuzz-key-0123456789abcdef"}
+
+
+def retrieval_double(context: Any, database: Path) -> Any:
+    """Vector stores in the fuzz server's database, embedded by the embedding engine's test double."""
+    from server.retrieval.chunking import _tokenizer
+    from server.retrieval.embedding_model import ensure_embedding_model
+    from server.retrieval.service import Retrieval, RetrievalSettings
+    from server.retrieval.sqlite_index import SqliteIndex
+    from tests.retrieval_doubles import WordsEmbedder, words_model
+
+    path = str(ensure_embedding_model())
+    embedder = WordsEmbedder(_tokenizer(path))
+
+    async def start(_: Any) -> Any:
+        return embedder
+
+    return Retrieval.open(RetrievalSettings(words_model(path)), SqliteIndex(database), context.project_store,
+                          "fuzz", 2.0, start)
 
 
 @contextmanager
@@ -129,8 +149,14 @@ def two_projects() -> Iterator[tuple[str, str, dict[str, str]]]:
         item = beta.get(f"/v1/conversations/{conversation['id']}/items").json()["data"][0]["id"]
         file = beta.post("/v1/files", files={"file": ("private.txt", MARKER.encode())},
                          data={"purpose": "user_data"}).json()["id"]
+        store = beta.post("/v1/vector_stores", json={"name": MARKER, "file_ids": [file]}).json()["id"]
+        batch = beta.post(f"/v1/vector_stores/{store}/file_batches", json={"file_ids": [file]}).json()["id"]
+        deadline = time.monotonic() + 120
+        while beta.get(f"/v1/vector_stores/{store}/file_batches/{batch}").json()["status"] == "in_progress":
+            assert time.monotonic() < deadline, "beta's file was never ingested"
+            time.sleep(0.1)
         yield root, PROJECT_KEYS["alpha"], {"response": response, "conversation": conversation["id"], "item": item,
-                                            "file": file}
+                                            "file": file, "vector_store": store, "batch": batch}
 
 
 def _settings(cases: int) -> settings:

@@ -308,6 +308,23 @@ def foreign_id_cases(ids: dict[str, str]) -> Iterator[tuple[str, str, str, dict[
     """(label, method, path, body) for every place a request names an object by id, naming the one in `ids`
     (`response`, `conversation`, `item`, `file`): the routes over stored objects, and the fields of a request body."""
     response, conversation, item, file = ids["response"], ids["conversation"], ids["item"], ids["file"]
+    store, batch = ids["vector_store"], ids["batch"]
+    yield "get vector store", "GET", f"/v1/vector_stores/{store}", None
+    yield "update vector store", "POST", f"/v1/vector_stores/{store}", {"name": "mine now"}
+    yield "search vector store", "POST", f"/v1/vector_stores/{store}/search", {"query": MARKER}
+    yield "vector store files", "GET", f"/v1/vector_stores/{store}/files", None
+    yield "add to vector store", "POST", f"/v1/vector_stores/{store}/files", {"file_id": file}
+    yield "vector store file", "GET", f"/v1/vector_stores/{store}/files/{file}", None
+    yield "vector store file attributes", "POST", f"/v1/vector_stores/{store}/files/{file}", {"attributes": {}}
+    yield "vector store batch", "POST", f"/v1/vector_stores/{store}/file_batches", {"file_ids": [file]}
+    yield "get batch", "GET", f"/v1/vector_stores/{store}/file_batches/{batch}", None
+    yield "batch files", "GET", f"/v1/vector_stores/{store}/file_batches/{batch}/files", None
+    yield "cancel batch", "POST", f"/v1/vector_stores/{store}/file_batches/{batch}/cancel", None
+    yield "remove from vector store", "DELETE", f"/v1/vector_stores/{store}/files/{file}", None
+    yield "delete vector store", "DELETE", f"/v1/vector_stores/{store}", None
+    yield "file_search vector_store_ids", "POST", "/v1/responses", {"input": "find", "tools": [
+        {"type": "file_search", "vector_store_ids": [store]}]}
+    yield "new vector store file_ids", "POST", "/v1/vector_stores", {"file_ids": [file]}
     yield "get file", "GET", f"/v1/files/{file}", None
     yield "file content", "GET", f"/v1/files/{file}/content", None
     yield "delete file", "DELETE", f"/v1/files/{file}", None
@@ -369,6 +386,99 @@ def bad_uploads() -> Iterator[tuple[str, dict[str, Any]]]:
     yield "broken multipart", {"content": b"--b\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nx",
                                "headers": {"content-type": "multipart/form-data; boundary=b"}}
     yield "no boundary", {"content": b"x", "headers": {"content-type": "multipart/form-data"}}
+
+
+DEEP = "<deep filter>"  # in a body: replaced by the filter's JSON text once the rest is encoded
+
+
+def deep_filter(depth: int) -> str:
+    """A filter `depth` compounds deep, as JSON text (Python's encoder would recurse too deep to write it)."""
+    return '{"type": "or", "filters": [' * depth + '{"type": "eq", "key": "k", "value": 1}' + "]}" * depth
+
+
+def bad_retrieval_requests(store: str, file: str) -> Iterator[tuple[str, str, str, Any]]:
+    """(label, method, path, JSON body) of requests to the vector store routes, on `store` (the caller's own, with
+    its uploaded `file`), that are malformed, out of bounds, or name what does not exist."""
+    search = f"/v1/vector_stores/{store}/search"
+    for depth in (17, 1000, 20_000):
+        yield f"filter {depth} deep", "POST", search, ({"query": "q", "filters": DEEP}, deep_filter(depth))
+        yield f"tool filter {depth} deep", "POST", "/v1/responses", ({"model": "m", "input": "q", "tools": [
+            {"type": "file_search", "vector_store_ids": [store], "filters": DEEP}]}, deep_filter(depth))
+    wide = {"type": "and", "filters": [{"type": "eq", "key": "k", "value": n} for n in range(10_000)]}
+    yield "filter 10,000 wide", "POST", search, {"query": "q", "filters": wide}
+    for label, value in (("no type", {"key": "k", "value": 1}), ("bad type", {"type": "like", "key": "k"}),
+                         ("no key", {"type": "eq", "value": 1}), ("object value", {"type": "eq", "key": "k",
+                                                                                   "value": {}}),
+                         ("in scalar", {"type": "in", "key": "k", "value": 1}), ("gt bool", {"type": "gt", "key": "k",
+                                                                                          "value": True}),
+                         ("empty and", {"type": "and", "filters": []}), ("list", [1, 2]), ("nan", {
+                             "type": "eq", "key": "k", "value": float("inf")})):
+        yield f"filter {label}", "POST", search, {"query": "q", "filters": value}
+    for label, query in (("empty", ""), ("blank list", []), ("number", 7), ("list of numbers", [1]),
+                         ("nested", [["q"]]), ("null", None)):
+        yield f"query {label}", "POST", search, {"query": query}
+    for value in (0, 51, 10**12, "5", 2.5, True):
+        yield f"max_num_results {value!r}", "POST", search, {"query": "q", "max_num_results": value}
+    for label, options in (("ranker", {"ranker": "best"}), ("threshold", {"score_threshold": 1.5}),
+                           ("threshold text", {"score_threshold": "x"}), ("weights zero", {"hybrid_search": {
+                               "embedding_weight": 0, "text_weight": 0}}), ("negative weight", {"hybrid_search": {
+                               "text_weight": -1}}), ("not an object", [1])):
+        yield f"ranking {label}", "POST", search, {"query": "q", "ranking_options": options}
+    files = f"/v1/vector_stores/{store}/files"
+    for label, strategy in (("unknown", {"type": "semantic"}), ("static none", {"type": "static"}),
+                            ("too small", {"type": "static", "static": {"max_chunk_size_tokens": 10,
+                                                                        "chunk_overlap_tokens": 0}}),
+                            ("overlap", {"type": "static", "static": {"max_chunk_size_tokens": 200,
+                                                                      "chunk_overlap_tokens": 150}}),
+                            ("huge", {"type": "static", "static": {"max_chunk_size_tokens": 10**9,
+                                                                   "chunk_overlap_tokens": 0}})):
+        yield f"chunking {label}", "POST", files, {"file_id": file, "chunking_strategy": strategy}
+    for label, attributes in (("17 keys", {f"k{n}": n for n in range(17)}), ("long key", {"k" * 65: 1}),
+                              ("long value", {"k": "v" * 513}), ("nested", {"k": {"a": 1}}), ("list", [1])):
+        yield f"attributes {label}", "POST", files, {"file_id": file, "attributes": attributes}
+    yield "no file_id", "POST", files, {}
+    yield "unknown file", "POST", files, {"file_id": "file-000000000000000000000000000"}
+    batches = f"/v1/vector_stores/{store}/file_batches"
+    yield "batch of both", "POST", batches, {"file_ids": [file], "files": [{"file_id": file}]}
+    yield "batch of neither", "POST", batches, {}
+    yield "batch of 2,001", "POST", batches, {"file_ids": [file] * 2001}
+    yield "batch file no id", "POST", batches, {"files": [{"attributes": {}}]}
+    yield "unknown batch", "GET", f"{batches}/vsfb_0000000000000000000000", None
+    yield "metadata 17 keys", "POST", "/v1/vector_stores", {"metadata": {f"k{n}": "v" for n in range(17)}}
+    yield "expiry 0 days", "POST", "/v1/vector_stores", {"expires_after": {"anchor": "last_active_at", "days": 0}}
+    yield "expiry anchor", "POST", "/v1/vector_stores", {"expires_after": {"anchor": "created_at", "days": 1}}
+    yield "name a list", "POST", "/v1/vector_stores", {"name": ["x"]}
+    yield "file_ids text", "POST", "/v1/vector_stores", {"file_ids": "file-x"}
+    yield "unknown store", "GET", "/v1/vector_stores/vs_0000000000000000000000", None
+    yield "unknown store search", "POST", "/v1/vector_stores/vs_0000000000000000000000/search", {"query": "q"}
+    yield "list limit 0", "GET", "/v1/vector_stores?limit=0", None
+    yield "files filter", "GET", f"{files}?filter=nearly", None
+    yield "tool no stores", "POST", "/v1/responses", {"model": "m", "input": "q", "tools": [{"type": "file_search"}]}
+    yield "tool store list of numbers", "POST", "/v1/responses", {"model": "m", "input": "q", "tools": [
+        {"type": "file_search", "vector_store_ids": [1]}]}
+    yield "two tools", "POST", "/v1/responses", {"model": "m", "input": "q", "tools": [
+        {"type": "file_search", "vector_store_ids": [store]}, {"type": "file_search", "vector_store_ids": [store]}]}
+
+
+def serve_bad_retrieval(root: str, model: str, findings: Findings, headers: dict[str, str] | None = None) -> None:
+    """Every bad vector store request: a 4xx with an error body, never a 5xx."""
+    with httpx.Client(base_url=root, timeout=60, headers=headers or {}) as client:
+        file = client.post("/v1/files", files={"file": ("own.txt", b"own words")}, data={"purpose": "user_data"})
+        store = client.post("/v1/vector_stores", json={"name": "own"})
+        assert file.status_code == 200 and store.status_code == 200, (file.text, store.text)
+        for label, method, path, body in bad_retrieval_requests(store.json()["id"], file.json()["id"]):
+            body, deep = body if isinstance(body, tuple) else (body, None)
+            if isinstance(body, dict) and body.get("model") == "m":
+                body = {**body, "model": model}
+            text = json.dumps(body, allow_nan=True) if body is not None else None
+            if text is not None and deep is not None:
+                text = text.replace(json.dumps(DEEP), deep)
+            answer = client.request(method, path, content=text, headers={"content-type": "application/json"})
+            findings.saw(f"retrieval {label}", answer.status_code, answer.text)
+            error = answer.json().get("error") if answer.headers.get("content-type", "").startswith(
+                "application/json") else None
+            if not 400 <= answer.status_code < 500 or not isinstance(error, dict) or not error.get("message"):
+                findings.problems.append(f"retrieval {label}: {answer.status_code}: {answer.text[:200]}")
 
 
 def serve_bad_uploads(root: str, findings: Findings, headers: dict[str, str] | None = None) -> None:

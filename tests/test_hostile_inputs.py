@@ -11,7 +11,8 @@ import pytest
 import httpx
 
 from tests.fuzz import MODEL, PROJECT_KEYS, fuzz_server, healthy, two_projects
-from tests.hostile import MARKER, Findings, serve_bad_uploads, serve_costly, serve_foreign_ids, serve_mutations
+from tests.hostile import (MARKER, Findings, serve_bad_retrieval, serve_bad_uploads, serve_costly, serve_foreign_ids,
+                           serve_mutations)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,19 @@ def test_another_projects_ids_everywhere_an_id_goes_get_what_an_unknown_id_gets(
             items = beta.get(f"/v1/conversations/{theirs['conversation']}/items").json()["data"]
             assert [item["id"] for item in items] == [theirs["item"]]
             assert beta.get(f"/v1/files/{theirs['file']}/content").text == MARKER
+            assert beta.get(f"/v1/vector_stores/{theirs['vector_store']}").json()["name"] == MARKER
+            found = beta.post(f"/v1/vector_stores/{theirs['vector_store']}/search", json={"query": MARKER}).json()
+            assert found["data"] and found["data"][0]["file_id"] == theirs["file"], "beta's store is whole"
+    assert findings.cases >= 75 and not findings.problems, "\n".join(findings.problems)
+
+
+def test_bad_vector_store_requests_are_refused_in_4xx(root: str) -> None:
+    """Issue 44: filters nested 20,000 deep or 10,000 wide, bad queries, options, chunking, attributes and batches,
+    and unknown ids, on every retrieval route and the file_search tool: each a 4xx with an error body."""
+    findings = Findings()
+    serve_bad_retrieval(root, MODEL, findings)
     assert findings.cases >= 60 and not findings.problems, "\n".join(findings.problems)
+    assert healthy(root)
 
 
 def test_bad_uploads_are_refused_in_4xx(root: str) -> None:

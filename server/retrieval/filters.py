@@ -3,6 +3,7 @@ turned into SQL by each index (applied in the query, before any cut to the best 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal, Union
 
@@ -82,7 +83,8 @@ def _value(op: str, value: object, param: str) -> Value | tuple[str | float, ...
 
 
 def _scalar(value: object) -> bool:
-    return isinstance(value, (str, int, float)) and value == value  # booleans are ints; NaN is no value
+    """A string, a finite number or a boolean (booleans are ints; NaN and infinities are no values)."""
+    return isinstance(value, (str, int)) or (isinstance(value, float) and math.isfinite(value))
 
 
 def value_kind(value: str | float | bool) -> Literal["text", "number", "boolean"]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -162,7 +163,8 @@ def _checked_map(value: object, param: str, kinds: tuple[type, ...]) -> dict[str
     for key, item in value.items():
         if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY:
             raise RequestError(f"{param} keys are strings of 1 to {MAX_KEY} characters.", param=param)
-        if not isinstance(item, kinds) or (isinstance(item, str) and len(item) > MAX_TEXT) or item != item:
+        if not isinstance(item, kinds) or (isinstance(item, str) and len(item) > MAX_TEXT) \
+                or (isinstance(item, float) and not math.isfinite(item)):
             names = "strings" if kinds == (str,) else "strings, numbers or booleans"
             raise RequestError(f"{param} values are {names} (strings up to {MAX_TEXT} characters).",
                                param=f"{param}.{key}")
