@@ -25,8 +25,8 @@ from server.retrieval.embedding_model import ensure_embedding_model
 from server.retrieval.filters import MAX_DEPTH, checked_filter
 from server.retrieval.index import Ranked
 from server.retrieval.search import fused
-from server.retrieval.service import Retrieval, RetrievalSettings
-from server.retrieval.sqlite_index import SqliteIndex
+from server.retrieval.index import VectorIndex
+from server.retrieval.service import Retrieval, RetrievalSettings, open_index
 from server.retrieval.vector_stores import StoreFile
 from server.serving import ServingContext
 from server.errors import RequestError
@@ -86,25 +86,38 @@ class Served(Harness):
             return events_of(parse_frames(response.iter_lines()))
 
 
-def served_app(tokenizer: Any, database: Path, embedding_path: str,
+def served_app(tokenizer: Any, url: str, embedding_path: str,
                embedder: WordsEmbedder | None = None) -> tuple[ServingContext, ScriptedEngine, WordsEmbedder]:
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     config = ServerConfig(served_model_name=MODEL, tool_call_parser="hermes", projects=ProjectsFile(declared()))
-    context = ServingContext(config=config, engine_factory=lambda: engine, store=open_url(f"sqlite:///{database}"))
+    context = ServingContext(config=config, engine_factory=lambda: engine, store=open_url(url))
     embedder = embedder or WordsEmbedder(_tokenizer(embedding_path))
 
     async def start(_: Any) -> WordsEmbedder:
         return embedder
 
-    context.retrieval = Retrieval.open(RetrievalSettings(words_model(embedding_path)), SqliteIndex(database),
+    context.retrieval = Retrieval.open(RetrievalSettings(words_model(embedding_path)), _index(url),
                                        context.project_store, "test-process", 1.0, start)
     return context, engine, embedder
 
 
+def _index(url: str) -> VectorIndex:
+    index = open_index(url, Path("unused"))
+    assert index is not None
+    return index
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The index on both stores: a SQLite file, or a PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path_factory.mktemp('retrieval') / 'responses.db'}"
+    return request.getfixturevalue("postgres").new_database()
+
+
 @pytest.fixture(scope="module")
-def served(tokenizer: Any, embedding_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    context, engine, embedder = served_app(tokenizer, tmp_path_factory.mktemp("retrieval") / "responses.db",
-                                           embedding_path)
+def served(tokenizer: Any, embedding_path: str, database_url: str) -> Iterator[Served]:
+    context, engine, embedder = served_app(tokenizer, database_url, embedding_path)
     with serve_in_thread(create_app(context)) as base_url:
         yield Served(engine, base_url, context, embedder)
 
@@ -363,15 +376,14 @@ def _loop(served: Served) -> asyncio.AbstractEventLoop | None:
 
 
 def test_a_file_whose_process_died_is_claimed_and_completed_by_the_next(tokenizer: Any, embedding_path: str,
-                                                                      tmp_path: Path) -> None:
+                                                                      store_url: str) -> None:
     """A file left in progress under a lease that ran out (its process was killed) completes in the next process."""
-    database = tmp_path / "responses.db"
-    context, _, _ = served_app(tokenizer, database, embedding_path)
+    context, _, _ = served_app(tokenizer, store_url, embedding_path)
     with serve_in_thread(create_app(context)) as base_url:
         client = openai.OpenAI(base_url=base_url, api_key=KEYS["alpha"], max_retries=0)
         file_id = client.files.create(file=("left.txt", io.BytesIO(b"left behind words")), purpose="assistants").id
         store = client.vector_stores.create(name="left").id
-    index = SqliteIndex(database)
+    index = _index(store_url)
 
     async def leave() -> None:  # as a process that added the file and died would have left it
         record = StoreFile(store, file_id, "alpha", "left.txt", "in_progress", {}, ChunkingStrategy(), 0)
@@ -379,7 +391,7 @@ def test_a_file_whose_process_died_is_claimed_and_completed_by_the_next(tokenize
         await index.close()
 
     asyncio.run(leave())
-    context, _, _ = served_app(tokenizer, database, embedding_path)
+    context, _, _ = served_app(tokenizer, store_url, embedding_path)
     with serve_in_thread(create_app(context)) as base_url:
         client = openai.OpenAI(base_url=base_url, api_key=KEYS["alpha"], max_retries=0)
         deadline = time.monotonic() + 20
@@ -388,6 +400,24 @@ def test_a_file_whose_process_died_is_claimed_and_completed_by_the_next(tokenize
             time.sleep(0.2)
         assert file.status == "completed"
         assert client.vector_stores.search(vector_store_id=store, query="left behind").data[0].file_id == file_id
+
+
+def test_a_store_made_on_one_replica_is_searched_on_another(tokenizer: Any, embedding_path: str, postgres: Any) -> None:
+    """Two replicas on one PostgreSQL database, each with its own ingestion: a store made and filled through A is
+    listed, searched and used by file_search through B."""
+    url = postgres.new_database()
+    (first, _, _), (second, engine, _) = (served_app(tokenizer, url, embedding_path),
+                                          served_app(tokenizer, url, embedding_path))
+    with serve_in_thread(create_app(first)) as a_url, serve_in_thread(create_app(second)) as b_url:
+        a = Served(ScriptedEngine(tokenizer=tokenizer, scripts=[[]]), a_url, first, WordsEmbedder(None))
+        store = a.store_of(DOCS)
+        b = Served(engine, b_url, second, WordsEmbedder(None))
+        assert store in [listed.id for listed in b.client.vector_stores.list().data]
+        assert b.client.vector_stores.search(vector_store_id=store, query="yeast dough").data[0].filename == "bread.txt"
+        b.play(script(tokenizer, call_text("file_search", {"queries": ["rocket thrust"]})), script(tokenizer, "Fuel."))
+        answer = b.client.responses.create(model=MODEL, input="Rockets?", tools=[_tool(store)],
+                                           include=["file_search_call.results"])
+        assert answer.output[0].results[0].filename == "rockets.txt"  # type: ignore[union-attr]
 
 
 def test_a_store_embedded_by_another_model_is_a_400_not_a_wrong_answer(served: Served) -> None:

@@ -49,6 +49,10 @@ def open_index(url: str | None, default_path: Path) -> VectorIndex | None:
         from server.retrieval.sqlite_index import SqliteIndex
 
         return SqliteIndex(Path(url[len("sqlite://"):]) if url else default_path)
+    if url.startswith(("postgresql://", "postgres://")):
+        from server.retrieval.postgresql_index import PostgresIndex
+
+        return PostgresIndex(url)
     return None
 
 

@@ -10,17 +10,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
-from server.retrieval.chunking import Chunk, ChunkingStrategy
+from server.retrieval.chunking import Chunk
 from server.retrieval.filters import Comparison, Compound, Filter, value_kind
 from server.retrieval.index import FilesQuery, Order, Ranked
-from server.retrieval.vector_stores import (ErrorCode, FileBatch, FileCounts, SearchHit, StoreFile, VectorStore)
+from server.retrieval.rows import (FILE_COLUMNS, HIT_COLUMNS, STORE_COLUMNS, chunking_text, error_text, file_record,
+                                   hit_attributes, store_record)
+from server.retrieval.vector_stores import ErrorCode, FileBatch, FileCounts, SearchHit, StoreFile, VectorStore
 from server.store.interface import StoreUnavailable
 
 T = TypeVar("T")
-_STORE_COLUMNS = ("id, project, name, description, metadata, embedding_model, dimensions, created_at, "
-                  "last_active_at, expires_after_days")
-_FILE_COLUMNS = ("vector_store_id, file_id, project, filename, status, attributes, chunking, created_at, batch_id, "
-                 "usage_bytes, last_error")
 # Which attributes a value compares with (json_each's `type`).
 _JSON_TYPES = {"text": "a.type = 'text'", "number": "a.type IN ('integer', 'real')"}
 _OPERATORS = {"eq": "=", "ne": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
@@ -80,25 +78,25 @@ class SqliteIndex:
 
     async def create_store(self, store: VectorStore) -> None:
         await self._run(lambda db: db.execute(
-            f"INSERT INTO vector_stores ({_STORE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO vector_stores ({STORE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (store.id, store.project, store.name, store.description, json.dumps(store.metadata),
              store.embedding_model, store.dimensions, store.created_at, store.last_active_at,
              store.expires_after_days)))
 
     async def get_store(self, store_id: str, project: str) -> VectorStore | None:
         def read(db: Any) -> VectorStore | None:
-            row = db.execute(f"SELECT {_STORE_COLUMNS} FROM vector_stores WHERE id = ? AND project = ?",
+            row = db.execute(f"SELECT {STORE_COLUMNS} FROM vector_stores WHERE id = ? AND project = ?",
                              (store_id, project)).fetchone()
-            return _with_counts(db, _store(row)) if row else None
+            return _with_counts(db, store_record(row)) if row else None
 
         return await self._run(read)
 
     async def list_stores(self, project: str, after: str | None, limit: int,
                           order: Order) -> tuple[list[VectorStore], bool]:
         def read(db: Any) -> tuple[list[VectorStore], bool]:
-            sql, params = f"SELECT {_STORE_COLUMNS} FROM vector_stores WHERE project = ?", [project]
+            sql, params = f"SELECT {STORE_COLUMNS} FROM vector_stores WHERE project = ?", [project]
             rows = _page(db, sql, params, "id", after, limit, order)
-            return [_with_counts(db, _store(row)) for row in rows[:limit]], len(rows) > limit
+            return [_with_counts(db, store_record(row)) for row in rows[:limit]], len(rows) > limit
 
         return await self._run(read)
 
@@ -132,30 +130,30 @@ class SqliteIndex:
                            "VALUES (?, ?, ?, ?)", (batch.id, batch.vector_store_id, batch.project, batch.created_at))
             for file in files:
                 _delete_chunks(db, "vector_store_id = ? AND file_id = ?", (file.vector_store_id, file.file_id))
-                db.execute(f"INSERT OR REPLACE INTO vector_store_files ({_FILE_COLUMNS}, worker, lease_until) "
+                db.execute(f"INSERT OR REPLACE INTO vector_store_files ({FILE_COLUMNS}, worker, lease_until) "
                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, ?, ?)",
                            (file.vector_store_id, file.file_id, file.project, file.filename, file.status,
-                            json.dumps(file.attributes), _chunking(file.chunking), file.created_at, file.batch_id,
+                            json.dumps(file.attributes), chunking_text(file.chunking), file.created_at, file.batch_id,
                             worker, lease_until))
 
         await self._run(add)
 
     async def get_file(self, store_id: str, file_id: str, project: str) -> StoreFile | None:
         row = await self._run(lambda db: db.execute(
-            f"SELECT {_FILE_COLUMNS} FROM vector_store_files WHERE vector_store_id = ? AND file_id = ? "
+            f"SELECT {FILE_COLUMNS} FROM vector_store_files WHERE vector_store_id = ? AND file_id = ? "
             "AND project = ?", (store_id, file_id, project)).fetchone())
-        return _file(row) if row else None
+        return file_record(row) if row else None
 
     async def list_files(self, store_id: str, project: str, query: FilesQuery) -> tuple[list[StoreFile], bool]:
         def read(db: Any) -> tuple[list[StoreFile], bool]:
-            sql = f"SELECT {_FILE_COLUMNS} FROM vector_store_files WHERE vector_store_id = ? AND project = ?"
+            sql = f"SELECT {FILE_COLUMNS} FROM vector_store_files WHERE vector_store_id = ? AND project = ?"
             params: list[Any] = [store_id, project]
             if query.batch_id is not None:
                 sql, params = sql + " AND batch_id = ?", [*params, query.batch_id]
             if query.status is not None:
                 sql, params = sql + " AND status = ?", [*params, query.status]
             rows = _page(db, sql, params, "file_id", query.after, query.limit, query.order)
-            return [_file(row) for row in rows[:query.limit]], len(rows) > query.limit
+            return [file_record(row) for row in rows[:query.limit]], len(rows) > query.limit
 
         return await self._run(read)
 
@@ -204,12 +202,12 @@ class SqliteIndex:
         def claim(db: Any) -> list[StoreFile]:
             db.execute("UPDATE vector_store_files SET lease_until = ? WHERE worker = ? AND status = 'in_progress'",
                        (lease_until, worker))
-            rows = db.execute(f"SELECT {_FILE_COLUMNS} FROM vector_store_files WHERE status = 'in_progress' "
+            rows = db.execute(f"SELECT {FILE_COLUMNS} FROM vector_store_files WHERE status = 'in_progress' "
                               "AND (lease_until IS NULL OR lease_until < ?)", (now,)).fetchall()
             for row in rows:
                 db.execute("UPDATE vector_store_files SET worker = ?, lease_until = ? WHERE vector_store_id = ? "
                            "AND file_id = ?", (worker, lease_until, row[0], row[1]))
-            return [_file(row) for row in rows]
+            return [file_record(row) for row in rows]
 
         return await self._run(claim)
 
@@ -235,7 +233,7 @@ class SqliteIndex:
         await self._run(lambda db: db.execute(
             "UPDATE vector_store_files SET status = 'failed', last_error = ?, worker = NULL, lease_until = NULL "
             "WHERE vector_store_id = ? AND file_id = ? AND project = ? AND status = 'in_progress'",
-            (json.dumps([code, message]), file.vector_store_id, file.file_id, file.project)))
+            (error_text(code, message), file.vector_store_id, file.file_id, file.project)))
 
     # -- search ----------------------------------------------------------------------------------------------------
 
@@ -262,11 +260,10 @@ class SqliteIndex:
     async def hits(self, project: str, ranked: Sequence[tuple[int, float]]) -> list[SearchHit]:
         def read(db: Any) -> list[SearchHit]:
             ids = [chunk_id for chunk_id, _ in ranked]
-            rows = db.execute("SELECT c.id, c.file_id, f.filename, c.text, c.place, f.attributes, c.vector_store_id "
-                              f"FROM chunks c {_JOINED} WHERE s.project = ? AND c.id IN ({_marks(ids)})",
-                              (project, *ids)).fetchall()
+            rows = db.execute(f"SELECT {HIT_COLUMNS} FROM chunks c {_JOINED} WHERE s.project = ? "
+                              f"AND c.id IN ({_marks(ids)})", (project, *ids)).fetchall()
             found = {row[0]: row for row in rows}
-            return [SearchHit(row[1], row[2], score, row[3], {**json.loads(row[5]), **json.loads(row[4])}, row[6])
+            return [SearchHit(row[1], row[2], score, row[3], hit_attributes(row), row[6])
                     for chunk_id, score in ranked if (row := found.get(chunk_id)) is not None]
 
         return await self._run(read)
@@ -331,18 +328,3 @@ def _with_counts(db: Any, store: VectorStore) -> VectorStore:
     (usage,) = db.execute("SELECT coalesce(sum(usage_bytes), 0) FROM vector_store_files WHERE vector_store_id = ?",
                           (store.id,)).fetchone()
     return VectorStore(**{**store.__dict__, "file_counts": counts, "usage_bytes": usage})
-
-
-def _store(row: Any) -> VectorStore:
-    return VectorStore(row[0], row[1], row[2], row[3], json.loads(row[4]), row[5], row[6], row[7], row[8], row[9])
-
-
-def _chunking(strategy: ChunkingStrategy) -> str:
-    return json.dumps([strategy.kind, strategy.max_tokens, strategy.overlap])
-
-
-def _file(row: Any) -> StoreFile:
-    kind, size, overlap = json.loads(row[6])
-    error = tuple(json.loads(row[10])) if row[10] else None
-    return StoreFile(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), ChunkingStrategy(kind, size, overlap),
-                     row[7], row[8], row[9], error)  # type: ignore[arg-type]

@@ -55,7 +55,7 @@ class PostgresStore:
                 self._pool_open = True
             if not self._migrated:
                 async with self._pool.connection() as db:
-                    await _migrate(db)
+                    await migrate(db)
                 self._migrated = True
             async with self._pool.connection() as db:
                 async with db.transaction():
@@ -376,7 +376,7 @@ async def _insert(db: Connection, record: StoredResponse, lease_seconds: float |
             "ON CONFLICT DO NOTHING", item_rows(record.id, 0, record.input_items))
 
 
-async def _migrate(db: Connection) -> None:
+async def migrate(db: Connection) -> None:
     """Apply the migrations newer than the database's version, under a lock so replicas starting together agree."""
     async with db.transaction():
         await db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
