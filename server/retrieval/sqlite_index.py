@@ -251,9 +251,10 @@ class SqliteIndex:
             return []
         condition, params = filter_sql(where)
         match = " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
-        sql = (f"SELECT c.id, bm25(chunk_words) AS rank FROM chunk_words JOIN chunks c ON c.id = chunk_words.rowid "
-               f"{_JOINED} WHERE chunk_words MATCH ? AND "
-               + _SEARCHED.format(stores=_marks(store_ids), where=condition) + " ORDER BY rank LIMIT ?")
+        # The full-text query runs once, materialized (joined as it is, SQLite ran it again for every chunk row).
+        sql = ("WITH matched AS MATERIALIZED (SELECT rowid AS id, bm25(chunk_words) AS rank FROM chunk_words "
+               f"WHERE chunk_words MATCH ?) SELECT c.id, m.rank FROM matched m JOIN chunks c ON c.id = m.id {_JOINED} "
+               "WHERE " + _SEARCHED.format(stores=_marks(store_ids), where=condition) + " ORDER BY m.rank LIMIT ?")
         rows = await self._run(lambda db: db.execute(sql, (match, project, *store_ids, *params, limit)).fetchall())
         return [Ranked(chunk_id, -rank) for chunk_id, rank in rows]  # FTS5's bm25 is lower for better matches
 
