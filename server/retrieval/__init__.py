@@ -1,1 +1,2 @@
-"""Retrieval: uploaded files, and (to come) vector stores and `file_search` over them."""
+"""Retrieval: uploaded files, vector stores of their chunks on a real embedding model, and the searches that the
+`file_search` tool runs over them."""

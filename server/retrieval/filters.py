@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Any, Callable, Literal, Union
 
 from server.errors import RequestError
 
@@ -90,3 +90,16 @@ def _scalar(value: object) -> bool:
 def value_kind(value: str | float | bool) -> Literal["text", "number", "boolean"]:
     """Which attributes a value compares with: strings with strings, numbers with numbers, booleans with booleans."""
     return "boolean" if isinstance(value, bool) else "text" if isinstance(value, str) else "number"
+
+
+def compiled(where: Filter | None, comparison: Callable[[Comparison], tuple[str, list[Any]]],
+             everything: str) -> tuple[str, list[Any]]:
+    """A filter as an SQL condition and its parameters: compounds joined here, each comparison by the index's own
+    `comparison`; no filter is `everything` (the dialect's TRUE)."""
+    if where is None:
+        return everything, []
+    if isinstance(where, Compound):
+        parts = [compiled(item, comparison, everything) for item in where.filters]
+        joiner = " AND " if where.op == "and" else " OR "
+        return "(" + joiner.join(sql for sql, _ in parts) + ")", [param for _, params in parts for param in params]
+    return comparison(where)

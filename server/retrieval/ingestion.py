@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -33,7 +34,7 @@ class Ingestion:
     worker: str  # this process, as leases name it
     lease_seconds: float = 30.0
     concurrency: int = 2
-    clock: Callable[[], float] = field(default=lambda: __import__("time").time())
+    clock: Callable[[], float] = time.time
     _running: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
     _turns: asyncio.Semaphore | None = None
     _loop: asyncio.Task[None] | None = None

@@ -13,7 +13,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from server.retrieval.chunking import Chunk
-from server.retrieval.filters import Comparison, Compound, Filter, value_kind
+from server.retrieval.filters import Comparison, Filter, compiled, value_kind
 from server.retrieval.index import FilesQuery, Order, Ranked
 from server.retrieval.rows import (FILE_COLUMNS, HIT_COLUMNS, STORE_COLUMNS, chunking_text, error_text, file_record,
                                    hit_attributes, store_record)
@@ -283,13 +283,7 @@ class PostgresIndex:
 
 def filter_sql(where: Filter | None) -> tuple[str, list[Any]]:
     """A filter as a PostgreSQL condition on the file's attributes (`f.attributes`, JSONB), with its parameters."""
-    if where is None:
-        return "TRUE", []
-    if isinstance(where, Compound):
-        parts = [filter_sql(item) for item in where.filters]
-        joiner = " AND " if where.op == "and" else " OR "
-        return "(" + joiner.join(sql for sql, _ in parts) + ")", [param for _, params in parts for param in params]
-    return _comparison_sql(where)
+    return compiled(where, _comparison_sql, "TRUE")
 
 
 def _comparison_sql(where: Comparison) -> tuple[str, list[Any]]:

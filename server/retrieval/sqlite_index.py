@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
 from server.retrieval.chunking import Chunk
-from server.retrieval.filters import Comparison, Compound, Filter, value_kind
+from server.retrieval.filters import Comparison, Filter, compiled, value_kind
 from server.retrieval.index import FilesQuery, Order, Ranked
 from server.retrieval.rows import (FILE_COLUMNS, HIT_COLUMNS, STORE_COLUMNS, chunking_text, error_text, file_record,
                                    hit_attributes, store_record)
@@ -271,14 +271,8 @@ class SqliteIndex:
 
 
 def filter_sql(where: Filter | None) -> tuple[str, list[Any]]:
-    """A filter as an SQLite condition on the file's attributes (`f.attributes`, JSON), with its parameters."""
-    if where is None:
-        return "1", []
-    if isinstance(where, Compound):
-        parts = [filter_sql(item) for item in where.filters]
-        joiner = " AND " if where.op == "and" else " OR "
-        return "(" + joiner.join(sql for sql, _ in parts) + ")", [param for _, params in parts for param in params]
-    return _comparison_sql(where)
+    """A filter as a SQLite condition on the file's attributes (`f.attributes`, JSON), with its parameters."""
+    return compiled(where, _comparison_sql, "1")
 
 
 def _comparison_sql(where: Comparison) -> tuple[str, list[Any]]:
