@@ -35,6 +35,7 @@ from tests.conftest import serve_in_thread
 from tests.retrieval_doubles import WordsEmbedder, words_model
 from tests.scripted_engine import ScriptedEngine
 from tests.test_hosted_tools import call_text, prompt_text, script
+from tests.hostile import pdf_file
 from tests.sse import events_of, parse_frames
 from tests.test_server import MODEL, Harness
 from tests.test_store import open_url
@@ -202,6 +203,38 @@ def test_the_sdk_uploads_a_batch_polls_it_and_searches_the_store(served: Served)
     listed = client.vector_stores.files.list(vector_store_id=store.id)
     assert sorted(file.status for file in listed.data) == ["completed"] * 3
     assert all(file.chunking_strategy.static.max_chunk_size_tokens == 800 for file in listed.data)  # type: ignore[union-attr]
+
+
+def pages_pdf(pages: list[str]) -> bytes:
+    """A PDF of one line of text on each page."""
+    count = len(pages)
+    font = 3 + 2 * count
+    kids = " ".join(f"{3 + 2 * index} 0 R" for index in range(count))
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", f"<< /Type /Pages /Kids [{kids}] /Count {count} >>".encode()]
+    for index, text in enumerate(pages):
+        stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+        objects += [f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents {4 + 2 * index} 0 R "
+                    f"/Resources << /Font << /F1 {font} 0 R >> >> >>".encode(),
+                    b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream"]
+    return pdf_file([*objects, b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"])
+
+
+def test_a_pdfs_results_say_their_pages_and_its_content_reads_back(served: Served) -> None:
+    pages = [f"Page {number} is about {topic} only. " * 12 for number, topic in  # ~130 tokens a page
+             enumerate(["volcanoes", "glaciers", "deserts", "rainforests"], 1)]
+    file_id = served.upload("atlas.pdf", pages_pdf(pages))
+    client = served.client
+    store = client.vector_stores.create(name="atlas").id
+    done = client.vector_stores.files.create_and_poll(vector_store_id=store, file_id=file_id, poll_interval_ms=50,
+                                                      chunking_strategy={"type": "static", "static": {
+                                                          "max_chunk_size_tokens": 100, "chunk_overlap_tokens": 0}})
+    assert done.status == "completed", done.last_error
+    hit = client.vector_stores.search(vector_store_id=store, query="glaciers").data[0]
+    assert hit.attributes is not None and hit.attributes["page_start"] <= 2 <= hit.attributes["page_end"]
+    assert hit.attributes["page_end"] - hit.attributes["page_start"] <= 1, "a 100-token chunk spans two pages at most"
+    content = client.vector_stores.files.content(file_id, vector_store_id=store)
+    text = "".join(part.text or "" for part in content)
+    assert all(page.strip() in text for page in pages), text
 
 
 def test_each_search_mode_finds_by_its_own_signal(served: Served) -> None:

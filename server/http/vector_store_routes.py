@@ -143,6 +143,14 @@ async def retrieve_file(request: Request, store_id: str, file_id: str) -> dict[s
     return (await required_retrieval(request).file(store_id, file_id)).to_api()
 
 
+@router.get("/v1/vector_stores/{store_id}/files/{file_id}/content")
+async def file_content(request: Request, store_id: str, file_id: str) -> dict[str, Any]:
+    """The file's text as the store read it (the SDK's `files.content`: one page of one text part)."""
+    text = await required_retrieval(request).file_text(store_id, file_id)
+    return {"object": "vector_store.file_content.page", "data": [{"type": "text", "text": text}],
+            "has_more": False, "next_page": None}
+
+
 @router.post("/v1/vector_stores/{store_id}/files/{file_id}")
 async def update_file(request: Request, store_id: str, file_id: str) -> dict[str, Any]:
     retrieval, body = required_retrieval(request), await json_object(request)

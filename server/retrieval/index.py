@@ -57,6 +57,9 @@ class VectorIndex(Protocol):
 
     async def list_files(self, store_id: str, project: str, query: FilesQuery) -> tuple[list[StoreFile], bool]: ...
 
+    async def file_chunks(self, store_id: str, file_id: str, project: str) -> list[tuple[str, dict[str, Any]]]:
+        """The file's chunks in order: each one's text and place (`Chunk.attributes`)."""
+
     async def update_attributes(self, store_id: str, file_id: str, project: str,
                                 attributes: dict[str, Any]) -> bool: ...
 

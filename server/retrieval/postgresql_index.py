@@ -15,8 +15,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from server.retrieval.chunking import Chunk
 from server.retrieval.filters import Comparison, Filter, compiled, value_kind
 from server.retrieval.index import FilesQuery, Order, Ranked
-from server.retrieval.rows import (FILE_COLUMNS, HIT_COLUMNS, STORE_COLUMNS, chunking_text, error_text, file_record,
-                                   hit_attributes, store_record)
+from server.retrieval.rows import (FILE_COLUMNS, HIT_COLUMNS, STORE_COLUMNS, chunking_text, decoded, error_text,
+                                   file_record, hit_attributes, store_record)
 from server.retrieval.vector_stores import ErrorCode, FileBatch, FileCounts, SearchHit, StoreFile, VectorStore
 from server.store.interface import StoreUnavailable
 from server.store.postgresql import migrate
@@ -151,6 +151,16 @@ class PostgresIndex:
                 sql, params = sql + " AND status = %s", [*params, query.status]
             rows = await _page(db, sql, params, "file_id", query.after, query.limit, query.order)
             return [file_record(row) for row in rows[:query.limit]], len(rows) > query.limit
+
+        return await self._run(read)
+
+    async def file_chunks(self, store_id: str, file_id: str, project: str) -> list[tuple[str, dict[str, Any]]]:
+        async def read(db: Connection) -> list[tuple[str, dict[str, Any]]]:
+            rows = await (await db.execute(
+                "SELECT c.text, c.place FROM chunks c JOIN vector_stores s ON s.id = c.vector_store_id "
+                "WHERE c.vector_store_id = %s AND c.file_id = %s AND s.project = %s ORDER BY c.position",
+                (store_id, file_id, project))).fetchall()
+            return [(text, decoded(place)) for text, place in rows]
 
         return await self._run(read)
 

@@ -96,6 +96,17 @@ class ProjectRetrieval:
         await self.store(store_id)
         return await self.retrieval.index.list_files(store_id, self.project, query)
 
+    async def file_text(self, store_id: str, file_id: str) -> str:
+        """The text the store holds of a file: its chunks joined where they overlap (the document's text, as it was
+        read)."""
+        await self.file(store_id, file_id)
+        text, end = "", 0
+        for chunk, place in await self.retrieval.index.file_chunks(store_id, file_id, self.project):
+            start = int(place["char_start"])
+            text += (" " if text and start > end else "") + chunk[max(end - start, 0):]  # a gap is whitespace
+            end = max(end, int(place["char_end"]))
+        return text
+
     async def update_attributes(self, store_id: str, file_id: str, attributes: dict[str, Any]) -> StoreFile:
         await self.file(store_id, file_id)
         await self.retrieval.index.update_attributes(store_id, file_id, self.project, attributes)

@@ -13,8 +13,8 @@ from typing import Any, Callable, Sequence, TypeVar
 from server.retrieval.chunking import Chunk
 from server.retrieval.filters import Comparison, Filter, compiled, value_kind
 from server.retrieval.index import FilesQuery, Order, Ranked
-from server.retrieval.rows import (FILE_COLUMNS, HIT_COLUMNS, STORE_COLUMNS, chunking_text, error_text, file_record,
-                                   hit_attributes, store_record)
+from server.retrieval.rows import (FILE_COLUMNS, HIT_COLUMNS, STORE_COLUMNS, chunking_text, decoded, error_text,
+                                   file_record, hit_attributes, store_record)
 from server.retrieval.vector_stores import ErrorCode, FileBatch, FileCounts, SearchHit, StoreFile, VectorStore
 from server.store.interface import StoreUnavailable
 
@@ -156,6 +156,13 @@ class SqliteIndex:
             return [file_record(row) for row in rows[:query.limit]], len(rows) > query.limit
 
         return await self._run(read)
+
+    async def file_chunks(self, store_id: str, file_id: str, project: str) -> list[tuple[str, dict[str, Any]]]:
+        rows = await self._run(lambda db: db.execute(
+            "SELECT c.text, c.place FROM chunks c JOIN vector_stores s ON s.id = c.vector_store_id "
+            "WHERE c.vector_store_id = ? AND c.file_id = ? AND s.project = ? ORDER BY c.position",
+            (store_id, file_id, project)).fetchall())
+        return [(text, decoded(place)) for text, place in rows]
 
     async def update_attributes(self, store_id: str, file_id: str, project: str,
                                 attributes: dict[str, Any]) -> bool:
