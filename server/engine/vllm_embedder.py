@@ -12,6 +12,9 @@ from server.engine.vllm_engine import is_cpu_platform
 # On the CPU build: float32 (as the generating model), no compilation, and a small share of memory for the KV cache
 # (an encoder keeps none between steps; vLLM still reserves a share).
 _CPU_SETTINGS: dict[str, Any] = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.02}
+# On a GPU: the share of its memory the embedding engine takes, beside the generating engine's (0.9 by default,
+# taken first: vLLM checks that this much is free when the embedding engine starts).
+_GPU_SETTINGS: dict[str, Any] = {"gpu_memory_utilization": 0.05}
 
 
 class VllmEmbedder:
@@ -30,7 +33,7 @@ class VllmEmbedder:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        settings = _CPU_SETTINGS if is_cpu_platform() else {}
+        settings = _CPU_SETTINGS if is_cpu_platform() else _GPU_SETTINGS
         args = AsyncEngineArgs(model=model, runner="pooling", max_model_len=window, **settings)
         llm = AsyncLLM.from_engine_args(args)
         embedder = cls(llm, name, llm.model_config.max_model_len, 0)
