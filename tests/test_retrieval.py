@@ -9,6 +9,7 @@ import asyncio
 import io
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -410,28 +411,32 @@ def _loop(served: Served) -> asyncio.AbstractEventLoop | None:
 
 def test_a_file_whose_process_died_is_claimed_and_completed_by_the_next(tokenizer: Any, embedding_path: str,
                                                                       store_url: str) -> None:
-    """A file left in progress under a lease that ran out (its process was killed) completes in the next process."""
+    """A file left in progress under a lease that ran out (its process was killed) completes in the next process;
+    one this process left under its own name (it restarted, as a replica keeps its id) completes at once."""
     context, _, _ = served_app(tokenizer, store_url, embedding_path)
     with serve_in_thread(create_app(context)) as base_url:
         client = openai.OpenAI(base_url=base_url, api_key=KEYS["alpha"], max_retries=0)
         file_id = client.files.create(file=("left.txt", io.BytesIO(b"left behind words")), purpose="assistants").id
+        own = client.files.create(file=("own.txt", io.BytesIO(b"restarted words")), purpose="assistants").id
         store = client.vector_stores.create(name="left").id
     index = _index(store_url)
 
-    async def leave() -> None:  # as a process that added the file and died would have left it
+    async def leave() -> None:  # as processes that added the files and died would have left them
         record = StoreFile(store, file_id, "alpha", "left.txt", "in_progress", {}, ChunkingStrategy(), 0)
         await index.add_files([record], None, "dead-process", lease_until=time.time() + 1.0)
+        await index.add_files([replace(record, file_id=own)], None, "test-process", lease_until=time.time() + 3600)
         await index.close()
 
     asyncio.run(leave())
     context, _, _ = served_app(tokenizer, store_url, embedding_path)
     with serve_in_thread(create_app(context)) as base_url:
         client = openai.OpenAI(base_url=base_url, api_key=KEYS["alpha"], max_retries=0)
-        deadline = time.monotonic() + 20
-        while (file := client.vector_stores.files.retrieve(file_id, vector_store_id=store)).status == "in_progress":
-            assert time.monotonic() < deadline, "the file stayed in progress"
-            time.sleep(0.2)
-        assert file.status == "completed"
+        for name in (file_id, own):  # the dead process's, after its lease; this process's own, at once
+            deadline = time.monotonic() + 20
+            while (file := client.vector_stores.files.retrieve(name, vector_store_id=store)).status == "in_progress":
+                assert time.monotonic() < deadline, f"{name} stayed in progress"
+                time.sleep(0.2)
+            assert file.status == "completed"
         assert client.vector_stores.search(vector_store_id=store, query="left behind").data[0].file_id == file_id
 
 

@@ -71,9 +71,10 @@ class VectorIndex(Protocol):
     async def cancel_batch(self, batch_id: str, store_id: str, project: str) -> bool:
         """Mark the batch cancelled and its files still in progress cancelled."""
 
-    async def claim(self, worker: str, now: float, lease_until: float) -> list[StoreFile]:
-        """Files in progress whose lease has run out (a process that died, or this one before a restart): leased
-        to `worker` now, and returned for it to ingest; the leases `worker` holds are renewed."""
+    async def claim(self, worker: str, now: float, lease_until: float, resume: bool = False) -> list[StoreFile]:
+        """Files in progress whose lease has run out (their process died): leased to `worker` now, and returned for
+        it to ingest; the leases `worker` holds are renewed. `resume` (a process's first claim): its own files are
+        claimed too, whatever their lease (this process before a restart, under the same name, left them)."""
 
     async def finish_file(self, file: StoreFile, chunks: Sequence[Chunk], vectors: Sequence[bytes]) -> bool:
         """Store the file's chunks and mark it completed, unless it is no longer in progress (cancelled, deleted):

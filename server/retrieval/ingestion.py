@@ -67,10 +67,12 @@ class Ingestion:
             await asyncio.gather(*list(self._running.values()), return_exceptions=True)
 
     async def _claiming(self) -> None:
+        resume = True  # the first claim takes this process's own files too: it left them before a restart
         while True:
             try:
-                claimed = await self.index.claim(self.worker, self.clock(), self.lease_until())
+                claimed = await self.index.claim(self.worker, self.clock(), self.lease_until(), resume)
                 self.ingest([file for file in claimed if (file.vector_store_id, file.file_id) not in self._running])
+                resume = False
             except Exception:
                 logger.exception("claiming vector store files failed; trying again")
             await asyncio.sleep(self.lease_seconds / 3)

@@ -207,15 +207,15 @@ class PostgresIndex:
 
     # -- ingestion -------------------------------------------------------------------------------------------------
 
-    async def claim(self, worker: str, now: float, lease_until: float) -> list[StoreFile]:
+    async def claim(self, worker: str, now: float, lease_until: float, resume: bool = False) -> list[StoreFile]:
         async def claim(db: Connection) -> list[StoreFile]:
-            await db.execute("UPDATE vector_store_files SET lease_until = %s WHERE worker = %s "
-                             "AND status = 'in_progress'", (lease_until, worker))
             rows = await (await db.execute(
                 f"UPDATE vector_store_files SET worker = %s, lease_until = %s WHERE (vector_store_id, file_id) IN "
                 "(SELECT vector_store_id, file_id FROM vector_store_files WHERE status = 'in_progress' "
-                "AND (lease_until IS NULL OR lease_until < %s) FOR UPDATE SKIP LOCKED) "
-                f"RETURNING {FILE_COLUMNS}", (worker, lease_until, now))).fetchall()
+                "AND (lease_until IS NULL OR lease_until < %s OR (%s AND worker = %s)) FOR UPDATE SKIP LOCKED) "
+                f"RETURNING {FILE_COLUMNS}", (worker, lease_until, now, resume, worker))).fetchall()
+            await db.execute("UPDATE vector_store_files SET lease_until = %s WHERE worker = %s "
+                             "AND status = 'in_progress'", (lease_until, worker))
             return [file_record(row) for row in rows]
 
         return await self._run(claim)

@@ -205,12 +205,13 @@ class SqliteIndex:
 
     # -- ingestion -------------------------------------------------------------------------------------------------
 
-    async def claim(self, worker: str, now: float, lease_until: float) -> list[StoreFile]:
+    async def claim(self, worker: str, now: float, lease_until: float, resume: bool = False) -> list[StoreFile]:
         def claim(db: Any) -> list[StoreFile]:
+            rows = db.execute(f"SELECT {FILE_COLUMNS} FROM vector_store_files WHERE status = 'in_progress' "
+                              "AND (lease_until IS NULL OR lease_until < ? OR (? AND worker = ?))",
+                              (now, resume, worker)).fetchall()
             db.execute("UPDATE vector_store_files SET lease_until = ? WHERE worker = ? AND status = 'in_progress'",
                        (lease_until, worker))
-            rows = db.execute(f"SELECT {FILE_COLUMNS} FROM vector_store_files WHERE status = 'in_progress' "
-                              "AND (lease_until IS NULL OR lease_until < ?)", (now,)).fetchall()
             for row in rows:
                 db.execute("UPDATE vector_store_files SET worker = ?, lease_until = ? WHERE vector_store_id = ? "
                            "AND file_id = ?", (worker, lease_until, row[0], row[1]))
