@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+from server.lru import BytesLru
 
 # What one API process keeps by default (each chain counted whole, though chains of one session share their items).
 DEFAULT_KNOWN_CHAIN_BYTES = 256 * 1024 * 1024
@@ -41,27 +42,17 @@ class KnownChains:
     (a deleted response is not continued, a conversation whose items were deleted is read again)."""
 
     def __init__(self, max_bytes: int = DEFAULT_KNOWN_CHAIN_BYTES) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._known: OrderedDict[tuple[str, str], Known] = OrderedDict()
+        self._known: BytesLru[tuple[str, str], Known] = BytesLru(max_bytes)
+
+    @property
+    def bytes(self) -> int:
+        return self._known.bytes
 
     def find(self, project: str, key: str) -> Known | None:
-        known = self._known.get((project, key))
-        if known is not None:
-            self._known.move_to_end((project, key))
-        return known
+        return self._known.get((project, key))
 
     def keep(self, project: str, key: str, known: Known) -> None:
-        if known.size > self.max_bytes:
-            return
-        self.forget(project, key)
-        self._known[(project, key)] = known
-        self.bytes += known.size
-        while self.bytes > self.max_bytes:
-            _, dropped = self._known.popitem(last=False)
-            self.bytes -= dropped.size
+        self._known.keep((project, key), known, known.size)
 
     def forget(self, project: str, key: str) -> None:
-        dropped = self._known.pop((project, key), None)
-        if dropped is not None:
-            self.bytes -= dropped.size
+        self._known.forget((project, key))

@@ -14,7 +14,6 @@ import json
 import os
 import secrets
 import tempfile
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from server.lru import BytesLru
 
 PREFIX = "rsv1."
 KEY_FILE = "reasoning.key"
@@ -90,24 +91,14 @@ class _Opened:
     sealed text)."""
 
     def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._payloads: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self._payloads: BytesLru[tuple[str, str], dict[str, Any]] = BytesLru(max_bytes)
 
     def get(self, purpose: str, value: str) -> dict[str, Any] | None:
-        payload = self._payloads.get((purpose, value))
-        if payload is not None:
-            self._payloads.move_to_end((purpose, value))
-        return payload
+        return self._payloads.get((purpose, value))
 
     def keep(self, purpose: str, value: str, payload: dict[str, Any]) -> None:
-        if (purpose, value) in self._payloads or len(value) > self.max_bytes:
-            return
-        self._payloads[(purpose, value)] = payload
-        self.bytes += len(value)
-        while self.bytes > self.max_bytes:
-            (_, dropped), _ = self._payloads.popitem(last=False)
-            self.bytes -= len(dropped)
+        if (purpose, value) not in self._payloads:
+            self._payloads.keep((purpose, value), payload, len(value))
 
 
 def sealer_from(secrets_text: str | None, data_dir: Path) -> Sealer:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from server.lru import BytesLru
 from server.prompts.known import DEFAULT_KNOWN_PROMPT_BYTES
 
 
@@ -32,9 +32,7 @@ class HarmonyMessageTokens:
         from openai_harmony import Conversation, Role
 
         self._encoding = encoding
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._tokens: OrderedDict[bytes, array] = OrderedDict()
+        self._tokens: BytesLru[bytes, array] = BytesLru(max_bytes)
         self._completion = list(encoding.render_conversation_for_completion(Conversation.from_messages([]),
                                                                             Role.ASSISTANT))
 
@@ -51,20 +49,11 @@ class HarmonyMessageTokens:
             rendered = self._tokens.get(key)
             if rendered is None:
                 rendered = array("l", self._encoding.render(message, render_options=options))
-                self._keep(key, rendered)
+                self._tokens.keep(key, rendered, _size(rendered))
             else:
-                self._tokens.move_to_end(key)
                 reused += len(rendered)
             tokens += rendered
         return HarmonyRendered(tokens.tolist() + self._completion, reused)
-
-    def _keep(self, key: bytes, rendered: array) -> None:
-        self._tokens[key] = rendered
-        self.bytes += _size(rendered)
-        while self.bytes > self.max_bytes and self._tokens:
-            _, dropped = self._tokens.popitem(last=False)
-            self.bytes -= _size(dropped)
-
 
 def _kept(messages: list[Any]) -> list[Any]:
     """The messages harmony renders with `auto_drop_analysis`: when the last assistant message is a final answer,

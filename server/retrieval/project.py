@@ -129,14 +129,20 @@ class ProjectRetrieval:
         await self.retrieval.index.cancel_batch(batch_id, store_id, self.project)
         return await self.batch(store_id, batch_id)
 
+    async def searchable(self, store_ids: Sequence[str], param: str) -> list[VectorStore]:
+        """The project's stores named, each searchable by this server's embedding model (404 for a store the project
+        does not have, 400 for one embedded by another model or expired)."""
+        stores = await self.retrieval.searcher.stores(self.project, store_ids, param)
+        if any(store.expired(int(self.clock())) for store in stores):
+            raise RequestError("A vector store searched has expired.", param=param)
+        return stores
+
     async def search(self, store_ids: Sequence[str], queries: Sequence[str], where: Filter | None, limit: int,
                      rank: Ranking, param: str = "vector_store_id") -> list[SearchHit]:
         """The best chunks of the project's stores named (404 for a store it does not have)."""
-        searcher = self.retrieval.searcher
-        stores = await searcher.stores(self.project, store_ids, param)
-        if any(store.expired(int(self.clock())) for store in stores):
-            raise RequestError("A vector store searched has expired.", param=param)
-        hits = await searcher.search(self.project, [store.id for store in stores], queries, where, limit, rank)
+        stores = await self.searchable(store_ids, param)
+        hits = await self.retrieval.searcher.search(self.project, [store.id for store in stores], queries, where,
+                                                    limit, rank)
         for store in stores:
             await self.retrieval.index.update_store(store.id, self.project, {"last_active_at": int(self.clock())})
         return hits

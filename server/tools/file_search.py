@@ -95,7 +95,7 @@ async def file_search_tool(tools: list[dict[str, Any]], include: list[str] | Non
                              max_results(tool.get("max_num_results"), f"{param}.max_num_results"),
                              ranking(tool.get("ranking_options"), f"{param}.ranking_options"),
                              INCLUDE_RESULTS in (include or []))
-    await retrieval.retrieval.searcher.stores(retrieval.project, tool_search.store_ids, f"{param}.vector_store_ids")
+    await retrieval.searchable(tool_search.store_ids, f"{param}.vector_store_ids")
     return tool_search
 
 
