@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import random
 import threading
 import time
 from dataclasses import replace
@@ -21,7 +22,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from conformance.contract import validate_events
 from server.config import ServerConfig
 from server.http.app import create_app
-from server.retrieval.chunking import ChunkingStrategy, _tokenizer, document_chunks, special_tokens
+from server.retrieval.chunking import (SEGMENT_CHARS, ChunkingStrategy, _tokenizer, document_chunks, encoded,
+                                       special_tokens)
 from server.retrieval.embedding_model import ensure_embedding_model
 from server.retrieval.filters import MAX_DEPTH, checked_filter
 from server.retrieval.index import Ranked
@@ -153,6 +155,17 @@ def test_chunks_cover_the_document_in_overlapping_spans_each_embedded_whole(embe
         assert all(len(prompt) <= window for prompt in chunk.prompts), "each prompt fits the model's window"
         first_page = 1 + sum(1 for start in _page_starts(pages)[1:] if start <= chunk.chars[0])
         assert chunk.pages is not None and chunk.pages[0] == first_page
+
+
+def test_a_long_text_is_tokenized_in_segments_exactly_as_whole(embedding_path: str) -> None:
+    tokenizer = _tokenizer(embedding_path)
+    rng = random.Random(7)
+    words = ["river", "bank", "naïve", "co-operate", "x" * 40, "3.14", "\n", "!", "unbelievably"]
+    text = " ".join(rng.choice(words) for _ in range(40_000))  # ~3 segments, cut at whitespace
+    assert len(text) > 3 * SEGMENT_CHARS
+    whole = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    ids, offsets = encoded(text, tokenizer)
+    assert ids.tolist() == whole["input_ids"] and offsets == [tuple(pair) for pair in whole["offset_mapping"]]
 
 
 def _page_starts(pages: list[str]) -> list[int]:
