@@ -20,6 +20,7 @@ AUTO_MAX_TOKENS, AUTO_OVERLAP = 800, 400  # OpenAI's `auto` strategy
 STATIC_MAX_TOKENS = (100, 4096)  # the range OpenAI allows for `max_chunk_size_tokens`
 PAGE_BREAK = "\n\n"
 SEGMENT_CHARS = 32 * 1024  # the text tokenized in one call
+MAX_TEXT_CHARS = 16 << 20  # a file's text, at most (its tokens and chunks are held at once: ~2 GB at this size)
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,8 @@ def file_chunks(data: bytes, filename: str, strategy: ChunkingStrategy, tokenize
     """The chunks of a file (read in the work pool): its pages' text joined by blank lines, cut by `strategy` in
     tokens of the tokenizer at `tokenizer`, each embedded in prompts of at most `window` tokens."""
     pages, paged = document_pages(data, filename)
+    if sum(len(page) for page in pages) > MAX_TEXT_CHARS:
+        raise FileError(f"its text is longer than this server ingests ({MAX_TEXT_CHARS >> 20} Mi characters)")
     return document_chunks(pages, paged, strategy, _tokenizer(tokenizer), window)
 
 

@@ -16,6 +16,9 @@ from server.retrieval.search import Searcher
 from server.tenancy.project_store import ProjectStore
 
 logger = logging.getLogger(__name__)
+# The address space of the process that reads and chunks files (its tokenizer's libraries map ~1 GiB of their own;
+# a 64 MiB text file's tokens and chunks need a few GiB more).
+INGESTION_MEMORY = 4 << 30
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,7 @@ class RetrievalSettings:
     """The embedding model (None: no retrieval) and the limits of ingestion's work."""
 
     model: EmbeddingModel | None
-    ingestion_work: WorkLimits = WorkLimits(workers=1, seconds=300.0)
+    ingestion_work: WorkLimits = WorkLimits(workers=1, seconds=300.0, memory_bytes=INGESTION_MEMORY)
     concurrency: int = 2  # files ingested at once by one process
 
 
@@ -47,7 +50,7 @@ def retrieval_settings(flag: str | None, window: int | None, ingestion_seconds: 
         from server.retrieval.embedding_model import window_tokens
 
         model = embedding_model(path.name, path, window or window_tokens(path))
-    return RetrievalSettings(model, WorkLimits(workers=1, seconds=ingestion_seconds))
+    return RetrievalSettings(model, WorkLimits(workers=1, seconds=ingestion_seconds, memory_bytes=INGESTION_MEMORY))
 
 
 def open_index(url: str | None, default_path: Path) -> VectorIndex | None:
