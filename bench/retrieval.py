@@ -100,6 +100,8 @@ async def ingest(index: SqliteIndex, embeddings: Embeddings, documents: dict[str
         await index.finish_file(file, chunks, vectors)
         chunk_count += len(chunks)
         tokens += sum(chunk.tokens[1] - chunk.tokens[0] for chunk in chunks)
+        if len(documents) > 20 and chunk_count // 5000 != (chunk_count - len(chunks)) // 5000:
+            print(f"{chunk_count} chunks in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     seconds = time.perf_counter() - started
     return store.id, {"seconds": seconds, "chunks": chunk_count, "tokens": tokens,
                       "chunks_per_second": chunk_count / seconds, "tokens_per_second": tokens / seconds}

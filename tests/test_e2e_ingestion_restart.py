@@ -29,11 +29,12 @@ def test_a_batch_killed_mid_ingestion_completes_after_a_restart(tmp_path: Path) 
     try:
         client = first.client
         store = client.vector_stores.create(name="interrupted").id
-        texts = {f"part{index}.txt": f"Section {index}. " + "The quick brown fox jumps over the lazy dog. " * 300
-                 for index in range(4)}
+        texts = {f"part{index}.txt": f"Section {index}. " + "The quick brown fox jumps over the lazy dog. " * 40
+                 for index in range(4)}  # ~450 tokens each: 3 chunks of 200
         ids = [client.files.create(file=(name, io.BytesIO(text.encode())), purpose="assistants").id
                for name, text in texts.items()]
-        batch = client.vector_stores.file_batches.create(vector_store_id=store, file_ids=ids)
+        batch = client.vector_stores.file_batches.create(vector_store_id=store, file_ids=ids, chunking_strategy={
+            "type": "static", "static": {"max_chunk_size_tokens": 200, "chunk_overlap_tokens": 0}})
         assert client.vector_stores.file_batches.retrieve(batch.id, vector_store_id=store).status == "in_progress"
     finally:
         first.kill()  # the embedding model is still starting: every file is in progress

@@ -51,7 +51,7 @@ def test_the_model_calls_file_search_with_results_and_citations_streamed_and_not
                                                                                  store: str) -> None:
     body = {"model": MODEL, "input": "How many hours a day does a cat sleep? Cite the result.",
             "tools": [_tool(store)], "tool_choice": {"type": "file_search"}, "include": ["file_search_call.results"],
-            "max_output_tokens": 256, "temperature": 0}
+            "max_output_tokens": 120, "temperature": 0}
     answer = server.client.responses.create(**body)
     with httpx.stream("POST", f"{server.base_url}/responses", json={**body, "stream": True}, timeout=600) as response:
         assert response.status_code == 200, response.read()
