@@ -1,6 +1,6 @@
 # `make serve`: set up and serve the bundled model on http://127.0.0.1:8000/v1 (pass flags with ARGS="...").
 # `make test`: set up and run the whole test suite (pass pytest flags with PYTEST_ARGS="...").
-# `make bench`: ours vs vLLM's server vs raw AsyncLLM in alternating rounds, the agent workload, render stability, the frontend's ceiling and the pipeline cost; then prefix-cache affinity across two replicas, and long agent sessions' per-turn cost before and after incremental prompts (after setup).
+# `make bench`: ours vs vLLM's server vs raw AsyncLLM in alternating rounds, the agent workload, render stability, the frontend's ceiling and the pipeline cost; then prefix-cache affinity across two replicas, long agent sessions' per-turn cost before and after incremental prompts, and retrieval quality on the real embedding model (after setup).
 # `make profile`: py-spy's flame graph of the per-token pipeline (bench/results/pipeline-profile.svg).
 # `make fuzz`: 10,000 fuzz cases against the API (CASES=N for another count); prints the counts.
 VENV ?= .venv
@@ -21,6 +21,7 @@ bench: setup
 	$(VENV)/bin/python bench/serving.py $(ARGS)
 	$(VENV)/bin/python bench/affinity.py
 	$(VENV)/bin/python bench/long_sessions.py
+	$(VENV)/bin/python bench/retrieval.py
 
 profile: setup
 	$(VENV)/bin/py-spy record --rate 250 -o bench/results/pipeline-profile.svg -- $(VENV)/bin/python bench/pipeline.py --repeats 10
