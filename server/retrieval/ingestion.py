@@ -61,11 +61,6 @@ class Ingestion:
                 running.cancel()  # added again: the newer addition is ingested
             self._running[key] = asyncio.create_task(self._ingest(file))
 
-    async def idle(self) -> None:
-        """Wait until no ingestion of this process is running (tests, benchmarks)."""
-        while self._running:
-            await asyncio.gather(*list(self._running.values()), return_exceptions=True)
-
     async def _claiming(self) -> None:
         resume = True  # the first claim takes this process's own files too: it left them before a restart
         while True:

@@ -17,7 +17,7 @@ from server.tenancy.project_store import ProjectStore
 
 logger = logging.getLogger(__name__)
 # The address space of the process that reads and chunks files (its tokenizer's libraries map ~1 GiB of their own;
-# a 64 MiB text file's tokens and chunks need a few GiB more).
+# the tokens and chunks of the longest text it takes, 16 Mi characters, ~2 GiB more).
 INGESTION_MEMORY = 4 << 30
 
 
