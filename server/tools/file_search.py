@@ -4,7 +4,7 @@ so that its citations (`[1]`) name the result they cite."""
 
 from __future__ import annotations
 
-import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ from server.tools.builtins import FILE_SEARCH
 from streaming.client_calls import search_queries
 from streaming.items import Citable, ToolResult
 
+logger = logging.getLogger(__name__)
 INCLUDE_RESULTS = "file_search_call.results"
 DESCRIPTION = ("Searches the user's uploaded files for passages relevant to the queries. Results are numbered; when "
                "you use one, cite it by its number in square brackets, as [1].")
@@ -49,6 +50,8 @@ class FileSearch:
             hits = await self.retrieval.search(self.store_ids, queries, self.where, self.limit, self.rank,
                                                param="tools")
         except Exception as exc:  # the store went away, the embedding model failed: the call failed
+            if not isinstance(exc, RequestError):
+                logger.warning("a file_search call failed", exc_info=True)
             return ToolResult(error={"type": "tool_execution_error", "message": f"the search failed: {exc}"})
         first = len(self.cited) + 1
         self.cited += hits
