@@ -39,10 +39,15 @@ class StoredFile:
                 "expires_at": self.expires_at, "status_details": None}
 
 
+def time_ordered_id(prefix: str) -> str:
+    """A new id after `prefix` (with its separator): the microsecond first, so that ids sort as they were made (a
+    list's order within a second of `created_at`), then randomness."""
+    return f"{prefix}{time.time_ns() // 1000:014x}{secrets.token_hex(6)}"
+
+
 def new_file_id() -> str:
-    """A new file's id: its microsecond first, so that ids sort as the files were made (a list's order within a
-    second of `created_at`), then randomness."""
-    return f"file-{time.time_ns() // 1000:014x}{secrets.token_hex(6)}"
+    """A new file's id (`file-...`, as OpenAI's)."""
+    return time_ordered_id("file-")
 
 
 def checked_purpose(purpose: object) -> str:

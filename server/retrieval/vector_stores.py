@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import math
-import secrets
-import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from server.errors import RequestError
 from server.retrieval.chunking import ChunkingStrategy
+from server.retrieval.files import time_ordered_id
 
 FileStatus = Literal["in_progress", "completed", "cancelled", "failed"]
 FILE_STATUSES: tuple[FileStatus, ...] = ("in_progress", "completed", "cancelled", "failed")
@@ -20,8 +19,8 @@ DAY = 24 * 3600
 
 
 def new_id(prefix: str) -> str:
-    """A new id: the microsecond first, so that ids sort as they were made (a list's order), then randomness."""
-    return f"{prefix}_{time.time_ns() // 1000:014x}{secrets.token_hex(6)}"
+    """A new vector store's or batch's id (`vs_...`, `vsfb_...`), ordered as uploaded files' are."""
+    return time_ordered_id(f"{prefix}_")
 
 
 @dataclass(frozen=True)
