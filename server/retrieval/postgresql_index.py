@@ -16,7 +16,7 @@ from server.retrieval.chunking import Chunk
 from server.retrieval.filters import Comparison, Filter, compiled, value_kind
 from server.retrieval.index import FilesQuery, Order, Ranked
 from server.retrieval.rows import (FILE_COLUMNS, HIT_COLUMNS, STORE_COLUMNS, chunking_text, decoded, error_text,
-                                   file_record, hit_attributes, store_record)
+                                   file_record, hit_attributes, paged, store_record)
 from server.retrieval.vector_stores import ErrorCode, FileBatch, FileCounts, SearchHit, StoreFile, VectorStore
 from server.store.interface import StoreUnavailable
 from server.store.postgresql import migrate
@@ -324,9 +324,7 @@ def _floats(vector: bytes) -> list[float]:
 
 async def _page(db: Connection, sql: str, params: list[Any], key: str, after: str | None, limit: int,
                 order: Order) -> list[Any]:
-    if after is not None:
-        sql, params = sql + f" AND {key} {'<' if order == 'desc' else '>'} %s", [*params, after]
-    return await (await db.execute(sql + f" ORDER BY {key} {order.upper()} LIMIT %s", (*params, limit + 1))).fetchall()
+    return await (await db.execute(*paged(sql, params, key, after, limit, order, "%s"))).fetchall()
 
 
 async def _counts(db: Connection, where: str, params: tuple[Any, ...]) -> FileCounts:

@@ -16,6 +16,15 @@ FILE_COLUMNS = ("vector_store_id, file_id, project, filename, status, attributes
 HIT_COLUMNS = "c.id, c.file_id, f.filename, c.text, c.place, f.attributes, c.vector_store_id"
 
 
+def paged(sql: str, params: list[Any], key: str, after: str | None, limit: int, order: str,
+          mark: str) -> tuple[str, list[Any]]:
+    """A query's page: up to `limit` + 1 rows after the row whose `key` is `after`, in `order` of `key`; `mark` is
+    the driver's placeholder (`?` or `%s`)."""
+    if after is not None:
+        sql, params = sql + f" AND {key} {'<' if order == 'desc' else '>'} {mark}", [*params, after]
+    return sql + f" ORDER BY {key} {order.upper()} LIMIT {mark}", [*params, limit + 1]
+
+
 def decoded(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 

@@ -114,7 +114,8 @@ class Searcher:
             store = await self.index.get_store(store_id, project)
             if store is None:
                 raise NotFound(f"No vector store found with id '{store_id}'.", param=param)
-            if store.embedding_model != self.embeddings.model.name or store.dimensions != self.embeddings.model.dimensions:
+            model = self.embeddings.model
+            if store.embedding_model != model.name or store.dimensions != model.dimensions:
                 raise RequestError(f"The vector store {store_id} was embedded with {store.embedding_model} "
                                    f"({store.dimensions} dimensions); this server embeds with "
                                    f"{self.embeddings.model.name} ({self.embeddings.model.dimensions}).", param=param)

@@ -14,7 +14,7 @@ from server.retrieval.chunking import Chunk
 from server.retrieval.filters import Comparison, Filter, compiled, value_kind
 from server.retrieval.index import FilesQuery, Order, Ranked
 from server.retrieval.rows import (FILE_COLUMNS, HIT_COLUMNS, STORE_COLUMNS, chunking_text, decoded, error_text,
-                                   file_record, hit_attributes, store_record)
+                                   file_record, hit_attributes, paged, store_record)
 from server.retrieval.vector_stores import ErrorCode, FileBatch, FileCounts, SearchHit, StoreFile, VectorStore
 from server.store.interface import StoreUnavailable
 
@@ -310,10 +310,7 @@ def _marks(values: Sequence[Any]) -> str:
 
 
 def _page(db: Any, sql: str, params: list[Any], key: str, after: str | None, limit: int, order: Order) -> list[Any]:
-    """Up to `limit` + 1 rows of a query, after the row whose `key` is `after`, in `order` of `key`."""
-    if after is not None:
-        sql, params = sql + f" AND {key} {'<' if order == 'desc' else '>'} ?", [*params, after]
-    return db.execute(sql + f" ORDER BY {key} {order.upper()} LIMIT ?", (*params, limit + 1)).fetchall()
+    return db.execute(*paged(sql, params, key, after, limit, order, "?")).fetchall()
 
 
 def _delete_chunks(db: Any, where: str, params: tuple[Any, ...]) -> None:
