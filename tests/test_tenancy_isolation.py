@@ -200,3 +200,34 @@ def test_a_request_forwarded_to_the_home_replica_is_checked_there(tokenizer: Any
         mine = continued(b, "alpha", made["id"])
         assert mine.status_code == 200 and mine.json()["status"] == "completed"
         assert counted("previous_response", "forwarded") == forwarded + 1  # alpha's went home, to A
+
+
+def test_each_project_lists_only_its_own_responses(replicas: tuple[list[str], ScriptedEngine]) -> None:
+    """`GET /v1/responses` (the console's list): a project's own, newest first, paged by cursor and filtered by
+    status, model, time and the response they continue; another project's never appear, whatever the filter."""
+    urls, _ = replicas
+    alpha, beta = Client(urls[0], "alpha"), Client(urls[1], "beta")
+    first = alpha.create(input="What is the capital of France?")
+    theirs = beta.create(input="What is the capital of Spain?")
+    second = alpha.create(input="And Italy?", previous_response_id=first["id"])
+    third = alpha.create(input="And Peru?", previous_response_id=first["id"])
+
+    def listed(client: Client, **params: Any) -> list[str]:
+        answer = client.http.get("/responses", params=params)
+        assert answer.status_code == 200, answer.text
+        return [response["id"] for response in answer.json()["data"]]
+
+    assert listed(alpha) == [third["id"], second["id"], first["id"]]
+    assert listed(beta) == [theirs["id"]] and listed(Client(urls[0], "beta")) == [theirs["id"]]
+    assert listed(alpha, order="asc") == [first["id"], second["id"], third["id"]]
+    page = alpha.http.get("/responses", params={"limit": 2}).json()
+    assert page["has_more"] and page["last_id"] == second["id"]
+    assert listed(alpha, after=page["last_id"]) == [first["id"]]
+    assert listed(alpha, previous_response_id=first["id"]) == [third["id"], second["id"]]
+    assert listed(beta, previous_response_id=first["id"]) == [] and listed(beta, after=first["id"]) == []
+    assert listed(alpha, status="completed", model=MODEL) == [third["id"], second["id"], first["id"]]
+    assert listed(alpha, status="failed") == [] and listed(alpha, model="another-model") == []
+    made = first["created_at"]  # whole seconds: the three may share one
+    assert listed(alpha, created_after=made, created_before=third["created_at"] + 1) == listed(alpha)
+    assert listed(alpha, created_after=third["created_at"] + 1) == [] == listed(alpha, created_before=made)
+    assert alpha.http.get("/responses", params={"status": "sleeping"}).status_code == 400

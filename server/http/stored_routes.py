@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Annotated, Any, AsyncIterator, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -12,7 +12,7 @@ from server.http.context import required_store, serving_context
 from server.http.errors import APIError
 from server.http.event_stream import event_stream
 from server.runs.other_replicas import cancel_stored, follow_stored
-from server.store.interface import RUNNING, StoredResponse
+from server.store.interface import RUNNING, ResponseFilter, StoredResponse
 from server.tenancy.project_store import ProjectStore
 from streaming.sse import stored_frames
 
@@ -92,6 +92,27 @@ class PageQuery:
     after: str | None = None
     limit: int = Query(default=20, ge=1, le=100)
     order: Literal["asc", "desc"] = "desc"
+
+
+@dataclass
+class ResponseQuery:
+    """What a list of responses keeps: `status`, `model`, the responses that continue `previous_response_id`, and
+    those created from `created_after` (inclusive) until `created_before` (exclusive), in Unix seconds."""
+
+    status: Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"] | None = None
+    model: str | None = Query(default=None, max_length=256)
+    previous_response_id: str | None = Query(default=None, max_length=256)
+    created_after: float | None = Query(default=None, ge=0, le=1e11)
+    created_before: float | None = Query(default=None, ge=0, le=1e11)
+
+
+@router.get("/v1/responses")
+async def list_responses(request: Request, page: Annotated[PageQuery, Depends()],
+                         query: Annotated[ResponseQuery, Depends()]) -> dict[str, Any]:
+    """The caller's project's stored responses, newest first: the console's list, and the forward links of a
+    chain (`previous_response_id`). Another project's responses are not there to list."""
+    wanted = ResponseFilter(**asdict(query))
+    return list_page(*await required_store(request).list_responses(wanted, page.after, page.limit, page.order))
 
 
 @router.get("/v1/responses/{response_id}/input_items")

@@ -46,6 +46,18 @@ class StoredResponse:
 
 
 @dataclass(frozen=True)
+class ResponseFilter:
+    """Which of a project's stored responses a list shows: by status, model, the response they continue, and
+    creation time (`created_after` inclusive, `created_before` exclusive, in seconds)."""
+
+    status: str | None = None
+    model: str | None = None
+    previous_response_id: str | None = None
+    created_after: float | None = None
+    created_before: float | None = None
+
+
+@dataclass(frozen=True)
 class WebhookDelivery:
     """A webhook event waiting to be sent: the ending (`type`, `response.completed` ...) of a background response,
     made at `created_at`, tried `attempts` times so far."""
@@ -111,6 +123,12 @@ class ResponseStore(Protocol):
 
     async def input_items(self, response_id: str, after: str | None, limit: int, order: Order,
                           project: str) -> tuple[list[dict[str, Any]], bool]: ...
+
+    async def list_responses(self, project: str, wanted: ResponseFilter, after: str | None, limit: int,
+                             order: Order) -> tuple[list[dict[str, Any]], bool]:
+        """A page of the project's responses (their Response JSON) that `wanted` keeps, by creation time, after the
+        response `after`; and whether more follow."""
+        ...
 
     # -- background responses shared by replicas: event log written as it grows, leases, cancel requests -----
     # Lease times are the database's clock, so replicas whose clocks disagree still agree on who holds what.

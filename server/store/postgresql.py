@@ -11,8 +11,8 @@ from typing import Any, Awaitable, Callable, Iterable, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from server.store.interface import (RUNNING, Interrupt, Order, Replica, RetentionPolicy, StoreRejected,
-                                    StoreUnavailable, StoredConversation, StoredResponse, WebhookDelivery,
+from server.store.interface import (RUNNING, Interrupt, Order, Replica, ResponseFilter, RetentionPolicy,
+                                    StoreRejected, StoreUnavailable, StoredConversation, StoredResponse, WebhookDelivery,
                                     webhook_event_id)
 from server.store.migrations import migrations
 from server.store.rows import api_key as _api_key
@@ -20,6 +20,7 @@ from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk,
                                page_query, retention_query)
 from server.store.rows import add_usage, spent_query, usage_between_query, usage_record, usage_row
 from server.store.rows import FILE_COLUMNS, files_page_query, live_files, owned_conversation, owned_response
+from server.store.rows import responses_page_query
 from server.retrieval.files import StoredFile
 from server.tenancy.keys import ApiKey
 from server.tenancy.limits import Spent
@@ -31,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 _NOW = "extract(epoch from clock_timestamp())::double precision"  # the database's clock, in Unix seconds
 _MIGRATION_LOCK = 0x7265_7370  # pg_advisory_xact_lock key: replicas starting together migrate one at a time
+_MODEL = "(response::jsonb ->> 'model')"  # the stored response's model, for lists filtered by it
 
 
 class PostgresStore:
@@ -134,6 +136,12 @@ class PostgresStore:
                           project: str) -> tuple[list[dict[str, Any]], bool]:
         return await self._run(lambda db: _owned_page(db, owned_response("%s"), "input_items", "response_id",
                                                       response_id, project, after, limit, order))
+
+    async def list_responses(self, project: str, wanted: ResponseFilter, after: str | None, limit: int,
+                             order: Order) -> tuple[list[dict[str, Any]], bool]:
+        sql, parameters = responses_page_query(project, wanted, after, limit, order, "%s", _MODEL, "inserted")
+        rows = await self._rows(sql, tuple(parameters))
+        return [json.loads(response) for (response,) in rows[:limit]], len(rows) > limit
 
     async def append_events(self, response_id: str, events: list[str], owner: str) -> bool:
         async def write(db: Connection) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from server.store.interface import RUNNING, Order, RetentionPolicy
+from server.store.interface import RUNNING, Order, ResponseFilter, RetentionPolicy
 from server.tenancy.keys import ApiKey
 from server.tenancy.usage import COUNTS, UsageRecord
 
@@ -155,6 +155,28 @@ def files_page_query(purpose: str | None, after: str | None, limit: int, order: 
         names += ["after", "project"]
     return (f"SELECT {FILE_COLUMNS} FROM files WHERE {where} ORDER BY created_at {direction}, id {direction} "
             f"LIMIT {mark}"), names
+
+
+def responses_page_query(project: str, wanted: ResponseFilter, after: str | None, limit: int, order: Order,
+                         mark: str, model_of: str, inserted: str) -> tuple[str, list[Any]]:
+    """The query for a page of the project's responses, newest first (or oldest), after the response `after`, one
+    more than `limit`, and its parameters. `model_of` is the driver's SQL for the stored response's `model`;
+    `inserted`, its column that grows with each row inserted (creation times are whole seconds: it orders a
+    second's responses)."""
+    direction, compare = ("DESC", "<") if order == "desc" else ("ASC", ">")
+    where, parameters = f"project = {mark}", [project]
+    for condition, value in ((f"status = {mark}", wanted.status), (f"{model_of} = {mark}", wanted.model),
+                             (f"previous_response_id = {mark}", wanted.previous_response_id),
+                             (f"created_at >= {mark}", wanted.created_after),
+                             (f"created_at < {mark}", wanted.created_before)):
+        if value is not None:
+            where, parameters = f"{where} AND {condition}", [*parameters, value]
+    if after is not None:
+        where += (f" AND (created_at, {inserted}) {compare} (SELECT created_at, {inserted} FROM responses WHERE "
+                  f"id = {mark} AND project = {mark})")
+        parameters += [after, project]
+    return (f"SELECT response FROM responses WHERE {where} ORDER BY created_at {direction}, {inserted} {direction} "
+            f"LIMIT {mark}"), [*parameters, limit + 1]
 
 
 def owned_response(mark: str) -> str:

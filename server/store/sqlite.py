@@ -12,14 +12,15 @@ from pathlib import Path
 from dataclasses import astuple
 from typing import Any, Callable, Iterable, TypeVar
 
-from server.store.interface import (RUNNING, Interrupt, Order, Replica, RetentionPolicy, StoreUnavailable,
-                                    StoredConversation, StoredResponse, WebhookDelivery, webhook_event_id)
+from server.store.interface import (RUNNING, Interrupt, Order, Replica, ResponseFilter, RetentionPolicy,
+                                    StoreUnavailable, StoredConversation, StoredResponse, WebhookDelivery, webhook_event_id)
 from server.store.migrations import migrations
 from server.store.rows import api_key as _api_key
 from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,
                                page_query, retention_query)
 from server.store.rows import add_usage, spent_query, usage_between_query, usage_record, usage_row
 from server.store.rows import FILE_COLUMNS, files_page_query, live_files, owned_conversation, owned_response
+from server.store.rows import responses_page_query
 from server.retrieval.files import StoredFile
 from server.tenancy.keys import ApiKey
 from server.tenancy.limits import Spent
@@ -28,6 +29,7 @@ from server.tenancy.usage import UsageRecord
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"  # the database's clock, in Unix seconds
+_MODEL = "json_extract(response, '$.model')"  # the stored response's model, for lists filtered by it
 
 
 class SqliteStore:
@@ -129,6 +131,12 @@ class SqliteStore:
                           project: str) -> tuple[list[dict[str, Any]], bool]:
         return await self._run(lambda db: _owned_page(db, owned_response("?"), "input_items", "response_id",
                                                       response_id, project, after, limit, order))
+
+    async def list_responses(self, project: str, wanted: ResponseFilter, after: str | None, limit: int,
+                             order: Order) -> tuple[list[dict[str, Any]], bool]:
+        sql, parameters = responses_page_query(project, wanted, after, limit, order, "?", _MODEL, "rowid")
+        rows = await self._run(lambda db: db.execute(sql, parameters).fetchall())
+        return [json.loads(response) for (response,) in rows[:limit]], len(rows) > limit
 
     async def append_events(self, response_id: str, events: list[str], owner: str) -> bool:
         def write(db: sqlite3.Connection) -> bool:

@@ -11,7 +11,7 @@ import time
 from typing import Any, Iterable
 
 from server.retrieval.files import StoredFile
-from server.store.interface import Order, ResponseStore, StoredConversation, StoredResponse
+from server.store.interface import Order, ResponseFilter, ResponseStore, StoredConversation, StoredResponse
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,10 @@ class ProjectStore:
     async def input_items(self, response_id: str, after: str | None, limit: int,
                           order: Order) -> tuple[list[dict[str, Any]], bool]:
         return await self.store.input_items(response_id, after, limit, order, self.project)
+
+    async def list_responses(self, wanted: ResponseFilter, after: str | None, limit: int,
+                             order: Order) -> tuple[list[dict[str, Any]], bool]:
+        return await self.store.list_responses(self.project, wanted, after, limit, order)
 
     async def request_cancel(self, response_id: str) -> bool:
         return await self.store.request_cancel(response_id, self.project)

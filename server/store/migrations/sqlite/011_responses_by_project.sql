@@ -1,0 +1,3 @@
+-- Lists of a project's responses (GET /v1/responses, the console), newest first; a second's responses in the
+-- order their rows were inserted (rowid).
+CREATE INDEX IF NOT EXISTS responses_by_project ON responses(project, created_at);
