@@ -2,10 +2,12 @@
 # `make test`: set up and run the whole test suite (pass pytest flags with PYTEST_ARGS="...").
 # `make bench`: ours vs vLLM's server vs raw AsyncLLM in alternating rounds, the agent workload, render stability, the frontend's ceiling and the pipeline cost; then prefix-cache affinity across two replicas, long agent sessions' per-turn cost before and after incremental prompts, and retrieval quality on the real embedding model (after setup).
 # `make profile`: py-spy's flame graph of the per-token pipeline (bench/results/pipeline-profile.svg).
+# `make docs`: build the docs site (build/docs-site, served at /guide/) in strict mode; setup does this too.
+# `make screenshots`: the console's browser tests, saving a screenshot of each page to docs/images/.
 # `make fuzz`: 10,000 fuzz cases against the API (CASES=N for another count); prints the counts.
 VENV ?= .venv
 
-.PHONY: setup serve test bench fuzz profile
+.PHONY: setup serve test bench fuzz profile docs screenshots
 CASES ?= 10000
 
 setup:
@@ -28,3 +30,9 @@ profile: setup
 
 fuzz: setup
 	$(VENV)/bin/python -m tests.fuzz --cases $(CASES)
+
+docs: setup
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir build/docs-site
+
+screenshots: setup
+	CONSOLE_SCREENSHOTS=docs/images $(VENV)/bin/python -m pytest tests/e2e_one_server/test_e2e_console.py $(PYTEST_ARGS)

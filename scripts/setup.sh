@@ -31,6 +31,16 @@ if ! command -v faketime >/dev/null 2>&1; then
     echo "setup: faketime is missing; install Debian's faketime package (as root)" >&2
   fi
 fi
+# Chromium, for the console's tests in a real browser, driven by Playwright (Debian's chromium: Playwright's own
+# browser download is not needed).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+  else
+    echo "setup: chromium is missing; install Debian's chromium package (as root)" >&2
+  fi
+fi
 VENV="${VENV:-.venv}"
 PY="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
@@ -45,3 +55,5 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   "$VENV/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
   touch "$stamp"
 fi
+# The docs site (docs/ and mkdocs.yml), built in strict mode: what the server serves at /guide/.
+"$VENV/bin/mkdocs" build --strict --quiet --site-dir build/docs-site

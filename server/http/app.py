@@ -8,6 +8,7 @@ from typing import AsyncIterator
 
 from fastapi import FastAPI
 
+from server.console import routes as console
 from server.http import errors, instrumentation, openapi
 from server.http.auth import OPEN_PATHS, APIKeyMiddleware
 from server.http.forwarding import Forwarder, NoForwarding
@@ -62,14 +63,15 @@ def create_app(context: ServingContext) -> FastAPI:
             if context.store is not None:
                 await context.store.close()
 
-    app = FastAPI(title="responses-server", lifespan=lifespan)
+    app = FastAPI(title="responses-server", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.context = context
     app.state.sockets = OpenSockets()
     app.state.forwarder = forwarder(context)
     app.add_middleware(BodySizeLimit, max_bytes=context.config.max_body_bytes,
                        uploads=upload_limits(context.config.max_file_bytes))
     open_paths = OPEN_PATHS - {"/metrics"} if context.config.metrics_need_key else OPEN_PATHS
-    app.add_middleware(APIKeyMiddleware, authenticator=context.authenticator, open_paths=open_paths)
+    app.add_middleware(APIKeyMiddleware, authenticator=context.authenticator, open_paths=open_paths | console.OPEN_PAGES,
+                       open_prefixes=console.OPEN_PREFIXES)
     instrumentation.install(app, context.config.api_process)  # added last, runs first: it sees every answer
     errors.install(app)
     openapi.install(app)
@@ -80,6 +82,7 @@ def create_app(context: ServingContext) -> FastAPI:
     app.include_router(file_router)
     app.include_router(vector_store_router)
     app.include_router(websocket_router)
+    console.install(app)
     return app
 
 

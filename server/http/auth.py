@@ -14,19 +14,27 @@ from server.tenancy.authenticator import Authenticator
 _COMMENT = re.compile(r"\s#")  # `KEY  # comment`: what follows is not part of the key
 OPEN_PATHS = frozenset({"/health", "/metrics"})  # load balancers and scrapers come without a key
 INFERENCE_PATHS = ("/v1/responses", "/v1/conversations", "/v1/models")  # what admin keys may not call
+KEY_SUBPROTOCOL = b"openai-insecure-api-key."  # a browser's key, on a WebSocket
+BROWSER_SUBPROTOCOL = "openai-responses"  # what a browser offers beside its key, and is answered with
 
 
 class APIKeyMiddleware:
     """An ASGI middleware in front of the whole app, so routes added later are covered too: it finds the caller
     (server/tenancy) and puts it in the request's state (`caller`), or answers 401."""
 
-    def __init__(self, app: ASGIApp, authenticator: Authenticator, open_paths: frozenset[str] = OPEN_PATHS) -> None:
+    def __init__(self, app: ASGIApp, authenticator: Authenticator, open_paths: frozenset[str] = OPEN_PATHS,
+                 open_prefixes: tuple[str, ...] = ()) -> None:
         self.app = app
         self._authenticator = authenticator
         self._open_paths = open_paths
+        self._open_prefixes = open_prefixes  # pages for a browser: what they show, they fetch with a key
+
+    def _open(self, scope: Scope) -> bool:
+        path = scope["path"]
+        return scope["type"] == "http" and (path in self._open_paths or path.startswith(self._open_prefixes))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket") and scope["path"] not in self._open_paths:
+        if scope["type"] in ("http", "websocket") and not self._open(scope):
             try:
                 caller = await self._authenticator.caller(_authorization(scope))
             except StoreUnavailable:
@@ -47,10 +55,24 @@ class APIKeyMiddleware:
 
 
 def _authorization(scope: Scope) -> bytes:
+    """The `Authorization` header; for a browser's WebSocket (which cannot send headers), the key it offers as a
+    subprotocol `openai-insecure-api-key.KEY`, as OpenAI's Realtime API takes it in browsers."""
+    offered = b""
     for name, value in scope.get("headers") or ():
         if name == b"authorization":
             return bytes(value)
+        if name == b"sec-websocket-protocol":
+            offered = bytes(value)
+    for protocol in offered.split(b","):
+        if protocol.strip().startswith(KEY_SUBPROTOCOL):
+            return b"Bearer " + protocol.strip()[len(KEY_SUBPROTOCOL):]
     return b""
+
+
+def browser_subprotocol(offered: list[str]) -> str | None:
+    """The subprotocol to accept a WebSocket with: a browser that offers its key as one must be answered with
+    another it offered (`openai-responses`), or it drops the connection."""
+    return BROWSER_SUBPROTOCOL if BROWSER_SUBPROTOCOL in offered else None
 
 
 def api_keys(keys: str | None, key_file: Path | None) -> tuple[str, ...]:

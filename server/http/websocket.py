@@ -11,6 +11,7 @@ from fastapi import APIRouter, WebSocket
 from starlette.types import Message
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
+from server.http.auth import browser_subprotocol
 from server.http.context import caller
 from server.http.errors import APIError
 from server.http.socket_session import SocketSession
@@ -50,7 +51,7 @@ async def responses_socket(websocket: WebSocket) -> None:
     task = asyncio.current_task()
     assert task is not None
     sockets.open.add(task)
-    await websocket.accept()
+    await websocket.accept(subprotocol=browser_subprotocol(websocket.scope.get("subprotocols") or []))
     try:
         with WEBSOCKET_CONNECTIONS.track_inprogress():
             await _serve(websocket, context, sockets.closing)

@@ -1,0 +1,1 @@
+"""The console (pages for a browser at /console), the docs site and the API reference, served offline."""
