@@ -32,7 +32,7 @@ fuzz: setup
 	$(VENV)/bin/python -m tests.fuzz --cases $(CASES)
 
 docs: setup
-	$(VENV)/bin/mkdocs build --strict --quiet --site-dir build/docs-site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir build/docs-site
 
 screenshots: setup
 	CONSOLE_SCREENSHOTS=docs/images $(VENV)/bin/python -m pytest tests/e2e_one_server/test_e2e_console.py $(PYTEST_ARGS)

@@ -56,4 +56,4 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   touch "$stamp"
 fi
 # The docs site (docs/ and mkdocs.yml), built in strict mode: what the server serves at /guide/.
-"$VENV/bin/mkdocs" build --strict --quiet --site-dir build/docs-site
+NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir build/docs-site

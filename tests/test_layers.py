@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 # Modules of server/ outside the domain: the web layer, the command line and its entry point.
-NOT_DOMAIN = {"http", "cli", "launch", "api_processes", "__main__", "__init__"}  # the web and the command line
+NOT_DOMAIN = {"http", "console", "cli", "launch", "api_processes", "__main__", "__init__"}  # the web (its pages too) and the command line
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
@@ -58,10 +58,10 @@ def test_every_domain_module_is_under_the_framework_contract() -> None:
     assert {f"server.{name}" for name in modules - NOT_DOMAIN} <= set(contract["source_modules"])
 
 
-def test_the_readme_layout_names_every_module_and_only_modules_that_exist() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_layout_names_every_module_and_only_modules_that_exist() -> None:
+    readme = (ROOT / "docs" / "architecture.md").read_text()
     modules = {str(path.relative_to(ROOT)) for package in ("server", "parsers", "streaming")
                for path in (ROOT / package).rglob("*.py") if path.name != "__init__.py"}
     named = set(re.findall(r"`((?:server|parsers|streaming)/[\w/]+\.py)`", readme))
-    assert modules - named == set(), "modules the README's layout table does not name"
-    assert named - modules == set(), "paths the README names that are not in the tree"
+    assert modules - named == set(), "modules the docs' layout table (docs/architecture.md) does not name"
+    assert named - modules == set(), "paths the docs' layout table names that are not in the tree"
