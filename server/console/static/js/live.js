@@ -13,7 +13,8 @@ export function totals(exposition) {
   for (const line of exposition.split("\n")) {
     if (!line || line.startsWith("#")) continue;
     const name = line.slice(0, line.search(/[{\s]/));
-    const fields = line.slice(line.lastIndexOf("}") + 1).trim().split(/\s+/);
+    const rest = line[name.length] === "{" ? line.slice(line.lastIndexOf("}") + 1) : line.slice(name.length);
+    const fields = rest.trim().split(/\s+/);
     const value = Number(fields[0]);
     if (Number.isFinite(value)) sums.set(name, (sums.get(name) || 0) + value);
   }

@@ -42,7 +42,7 @@ function bodyOf(form) {
 }
 
 export async function render(main) {
-  const output = h("div", { id: "pg-output", "aria-label": "Response" });
+  const output = h("div", { id: "pg-output", role: "region", "aria-label": "Answers" });
   const status = h("p", { id: "pg-status", role: "status", className: "muted" });
   const snippet = h("pre", { id: "pg-snippet", className: "code", hidden: true });
   const tools = h("textarea", { rows: 5, placeholder: "[ ]" });

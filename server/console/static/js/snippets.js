@@ -15,8 +15,9 @@ export function snippets(body, origin) {
     + `with client.responses.stream(\n${args.join("\n")}\n) as stream:\n`
     + `    for event in stream:\n        if event.type == "response.output_text.delta":\n`
     + `            print(event.delta, end="", flush=True)\n`;
-  const codex = `# ~/.codex/config.toml\nmodel = "${body.model}"\nmodel_provider = "responses-server"\n\n`
-    + `[model_providers.responses-server]\nname = "responses-server"\nbase_url = "${base}"\n`
-    + `env_key = "OPENAI_API_KEY"\nwire_api = "responses"\n`;
+  const codex = `# $CODEX_HOME/config.toml\nmodel = "${body.model}"\nmodel_provider = "local"\n\n`
+    + `[model_providers.local]\nname = "responses-server"\nbase_url = "${base}"\nwire_api = "responses"\n\n`
+    + `[model_providers.local.auth]   # the key from a command: Codex then reads the server's model catalog\n`
+    + `command = "printenv"\nargs = ["OPENAI_API_KEY"]\n`;
   return { curl, Python: python, "Codex config": codex };
 }

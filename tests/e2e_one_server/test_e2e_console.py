@@ -1,0 +1,186 @@
+"""The console (/console) in a real browser against the package's server of the bundled model: a streamed answer
+grows token by token, a tool call and an MCP approval from the page, a stored response item by item and its chain
+walked back, live charts that move under load, usage with its CSV; on every page no console error, no request to
+another host, and no serious accessibility violation in either theme. Screenshots: `make screenshots`."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from tests.browser import chromium, console_page, screenshot, serious_violations
+from tests.mcp_servers import RunningMcp
+from tests.servers import MODEL, UNPENALIZED, RunningServer
+
+pytestmark = pytest.mark.e2e
+WAIT_MS = 240_000  # a generation on a busy 2-core machine: bounded by the contract, not by speed
+
+
+@pytest.fixture(scope="module")
+def chrome() -> Iterator[Any]:
+    with chromium() as running:
+        yield running
+
+
+@pytest.fixture
+def page(chrome: Any, server: RunningServer) -> Iterator[Any]:
+    with console_page(chrome, origin(server)) as opened:
+        yield opened
+
+
+def origin(server: RunningServer) -> str:
+    return server.base_url.removesuffix("/v1")
+
+
+def send_and_wait(page: Any, turns: int) -> None:
+    """Press Send and wait until the `turns`-th answer has ended (its Stop button disabled again)."""
+    page.click("#pg-send")
+    page.wait_for_function(f"document.querySelectorAll('#pg-output section.turn').length === {turns} && "
+                           "document.querySelector('#pg-stop').disabled", timeout=WAIT_MS)
+
+
+def last_turn(page: Any) -> Any:
+    return page.locator("#pg-output section.turn").last
+
+
+def test_a_streamed_answer_grows_token_by_token_and_a_tool_call_renders(page: Any, server: RunningServer,
+                                                                          tmp_path: Path) -> None:
+    page.goto(f"{origin(server)}/console/#/playground")
+    page.wait_for_selector("#pg-model option", state="attached")
+    page.evaluate("""() => { window.sizes = new Set(); const output = document.querySelector('#pg-output');
+        new MutationObserver(() => { const growing = output.querySelector('[data-growing]');
+          if (growing) window.sizes.add(growing.textContent.length); })
+          .observe(output, {childList: true, subtree: true, characterData: true}); }""")
+    page.fill("#pg-input", "Write the numbers from 1 to 30, one per line.")
+    send_and_wait(page, 1)
+    response_id = last_turn(page).page.locator("#pg-status a").inner_text()
+    stored = server.client.responses.retrieve(response_id)
+    sizes = page.evaluate("[...window.sizes]")
+    assert len(sizes) >= 5, f"the answer appeared in {len(sizes)} steps, not token by token"
+    assert stored.status == "completed" and stored.output_text
+    assert last_turn(page).locator("article[data-type=message] .text").first.inner_text().strip() == \
+        stored.output_text.strip()
+    assert page.locator("#pg-previous").input_value() == response_id, "the next turn continues this one"
+    screenshot(page, "playground", tmp_path)
+
+    page.click("text=Add function")
+    page.fill("#pg-tool-choice", "required")
+    page.fill("#pg-input", "What is the weather in Paris?")
+    send_and_wait(page, 2)
+    call = last_turn(page).locator("article[data-type=function_call]")
+    assert call.count() == 1 and "get_weather" in (call.text_content() or "")
+    called = server.client.responses.retrieve(page.locator("#pg-status a").inner_text())
+    assert called.previous_response_id == response_id and called.output[0].type == "function_call"
+
+    page.fill("#pg-tools", "")
+    page.fill("#pg-tool-choice", "auto")
+    page.fill("#pg-previous", "")
+    page.select_option("#pg-transport", "websocket")
+    page.fill("#pg-input", "Say hello.")
+    send_and_wait(page, 3)
+    assert page.locator("#pg-status .status-completed").count() == 1, page.locator("#pg-status").inner_text()
+    over_socket = server.client.responses.retrieve(page.locator("#pg-status a").inner_text())
+    assert last_turn(page).locator("article[data-type=message] .text").first.inner_text().strip() == \
+        over_socket.output_text.strip()
+
+
+def test_an_mcp_call_is_approved_from_the_page_and_runs(page: Any, server: RunningServer, mcp: RunningMcp) -> None:
+    page.goto(f"{origin(server)}/console/#/playground")
+    page.wait_for_selector("#pg-model option", state="attached")
+    page.fill("#pg-tools", json.dumps([{"type": "mcp", "server_label": "registered", "require_approval": "always"}]))
+    page.fill("#pg-tool-choice", json.dumps({"type": "mcp", "server_label": "registered", "name": "add"}))
+    page.fill("#pg-max-tokens", "48")
+    page.fill("#pg-input", "Add 1 and 2.")
+    send_and_wait(page, 1)
+    asked = last_turn(page).locator("article[data-type=mcp_approval_request]")
+    arguments = json.loads(asked.locator("pre").inner_text())
+    calls_before = sum(headers.get("mcp-method") == "tools/call" for headers in mcp.recorder.headers)
+    page.fill("#pg-tool-choice", "auto")  # as a user would: the call is chosen; now let the model answer
+    page.click("text=Approve add")
+    page.wait_for_function("document.querySelectorAll('#pg-output section.turn').length === 2 && "
+                           "document.querySelector('#pg-stop').disabled", timeout=WAIT_MS)
+    ran = last_turn(page).locator("article[data-type=mcp_call]").first
+    assert ran.locator("pre").last.inner_text().strip() == str(arguments["a"] + arguments["b"])
+    assert sum(headers.get("mcp-method") == "tools/call" for headers in mcp.recorder.headers) == calls_before + 1
+
+
+def test_a_stored_response_opens_item_by_item_and_its_chain_is_walked(page: Any, server: RunningServer,
+                                                                       tmp_path: Path) -> None:
+    thought = "The user asks about France."
+    first = server.client.responses.create(model=MODEL, max_output_tokens=24, input=[
+        {"role": "user", "content": "What is the capital of France?"},
+        {"type": "reasoning", "id": "rs_console", "summary": [{"type": "summary_text", "text": thought}]},
+        {"role": "assistant", "content": "Paris."}, {"role": "user", "content": "Say it again."}])
+    second = server.client.responses.create(model=MODEL, max_output_tokens=24, input="And Italy?",
+                                            previous_response_id=first.id)
+    page.goto(f"{origin(server)}/console/#/responses")
+    page.wait_for_selector("#rl-rows tr")
+    assert page.locator("#rl-rows tr").first.get_attribute("data-id") == second.id, "newest first"
+    screenshot(page, "responses", tmp_path)
+    page.click(f"a[href='#/responses/{second.id}']")
+    page.wait_for_selector("#output-items .item")
+    inputs = httpx.get(f"{server.base_url}/responses/{second.id}/input_items", params={"limit": 100}).json()["data"]
+    assert page.locator("#input-items .item").count() == len(inputs)
+    assert page.locator("#output-items .item").count() == len(second.output)
+    assert second.output_text.strip() in page.locator("#output-items").inner_text()
+    screenshot(page, "response", tmp_path)
+    page.click("#chain-back")
+    page.wait_for_selector(f"a[rel=next][href='#/responses/{second.id}']")
+    assert page.evaluate("location.hash") == f"#/responses/{first.id}"
+    assert page.locator("#input-items article[data-type=reasoning]").inner_text().count(thought) == 1
+    assert page.locator("#input-items .item").count() == 4
+
+
+def test_the_live_charts_move_while_a_load_runs(page: Any, server: RunningServer, tmp_path: Path) -> None:
+    page.goto(f"{origin(server)}/console/#/live")
+    page.wait_for_function("Number(document.querySelector('#live-tokens').dataset.samples) >= 1", timeout=WAIT_MS)
+    moved = "['live-tokens', 'live-requests'].every(id => Number(document.getElementById(id).dataset.peak) > 0)"
+    done = threading.Event()
+
+    def load() -> None:  # streamed answers, one after another, until the charts have moved (at most 20)
+        for _ in range(20):
+            if done.is_set():
+                return
+            with server.client.responses.stream(model=MODEL, input="Tell me a long story about a dragon.",
+                                                max_output_tokens=200, extra_body=UNPENALIZED) as stream:
+                stream.until_done()
+
+    runner = threading.Thread(target=load)
+    runner.start()
+    try:
+        page.wait_for_function(moved, timeout=WAIT_MS)
+    finally:
+        done.set()
+        runner.join()
+    assert page.evaluate(moved)
+    screenshot(page, "live", tmp_path)
+
+
+def test_usage_shows_this_servers_tokens_and_exports_them(page: Any, server: RunningServer, tmp_path: Path) -> None:
+    page.goto(f"{origin(server)}/console/#/usage")
+    page.wait_for_selector("#usage-table tbody tr", timeout=WAIT_MS)
+    assert MODEL in page.locator("#usage-table").inner_text()
+    exported = page.evaluate("fetch(document.getElementById('usage-csv').href).then(answer => answer.text())")
+    header, *rows = exported.strip().splitlines()
+    assert header.startswith("start_time,end_time,project_id,model,num_model_requests")
+    assert rows and all(len(row.split(",")) == len(header.split(",")) for row in rows)
+    assert sum(int(row.split(",")[4]) for row in rows) >= 1
+    screenshot(page, "usage", tmp_path)
+
+
+@pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
+def test_every_page_passes_the_accessibility_check(chrome: Any, server: RunningServer, dark: bool) -> None:
+    pages = {"playground": "#pg-model option", "responses": "#rl-rows tr", "live": "#live-state",
+             "usage": "#usage-table tbody tr"}
+    with console_page(chrome, origin(server), dark=dark) as page:
+        for name, ready in pages.items():
+            page.goto(f"{origin(server)}/console/#/{name}")
+            page.wait_for_selector(ready, state="attached", timeout=WAIT_MS)
+            assert serious_violations(page) == [], name
+        page.goto(f"{origin(server)}/docs")
+        page.wait_for_selector(".swagger-ui .opblock", timeout=WAIT_MS)
