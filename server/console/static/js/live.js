@@ -1,6 +1,7 @@
-// Live: throughput, requests, time to first token and prefix-cache hits, from this server's /metrics, every 2 s.
+// Live: throughput, requests, time to first token and prefix-cache hits of every replica, every 2 s, from each
+// replica's /metrics (read through this server: /v1/replicas/{id}/metrics).
 
-import { text } from "./api.js";
+import { call, text } from "./api.js";
 import { errorLine, h } from "./dom.js";
 import { legend, lineChart } from "./charts.js";
 
@@ -49,31 +50,60 @@ const CHARTS = [
   ["live-cache", "Prefix cache hit ratio", [["hits", "hits"]]],
 ];
 
+/** One replica's readings: the last one, and the samples drawn from each pair of readings. */
+class Replica {
+  constructor(id) {
+    this.id = id;
+    this.before = null;
+    this.then = 0;
+    this.samples = [];
+  }
+
+  async read(signal) {
+    const now = totals(await text(`/v1/replicas/${encodeURIComponent(this.id)}/metrics`, signal));
+    const at = Date.now() / 1000;
+    if (this.before) {
+      this.samples.push([at, sample(now, this.before, at - this.then)]);
+      if (this.samples.length > KEEP) this.samples.shift();
+    }
+    this.before = now;
+    this.then = at;
+  }
+}
+
+function draw(main, replicas) {
+  const named = replicas.length > 1;
+  for (const [id, title, lines] of CHARTS) {
+    const host = main.querySelector(`#${id}`);
+    const series = replicas.flatMap((replica) => lines.map(([name, key]) => ({
+      name: named ? `${replica.id} ${name}` : name,
+      points: replica.samples.map(([time, values]) => [time, values[key]]),
+    })));
+    if (!series.some((line) => line.points.length)) continue;
+    lineChart(host, title, series.filter((line) => line.points.length));
+    main.querySelector(`#${id}-legend`).replaceChildren(legend(series.map((line) => line.name)));
+    host.dataset.samples = String(Math.max(...replicas.map((replica) => replica.samples.length)));
+    host.dataset.peak = String(Math.max(0, ...series.flatMap((line) => line.points.map(([, value]) => value))));
+  }
+}
+
 export function render(main, signal) {
-  const state = h("p", { role: "status", className: "muted", id: "live-state" }, "Reading /metrics…");
-  const figures = CHARTS.map(([id, title, lines]) => h("figure", {}, h("figcaption", {}, title),
-    h("div", { id, "data-samples": "0" }), legend(lines.map(([name]) => name))));
-  main.replaceChildren(h("h1", {}, "Live"), h("p", { className: "muted" },
-    "This server's figures (all its API processes), sampled every 2 seconds."), state, h("div", { className: "charts" }, figures));
-  const samples = [];
-  let before = null, then = 0;
+  const state = h("p", { role: "status", className: "muted", id: "live-state" }, "Reading the replicas' metrics…");
+  const figures = CHARTS.map(([id, title]) => h("figure", {}, h("figcaption", {}, title),
+    h("div", { id, "data-samples": "0" }), h("div", { id: `${id}-legend` })));
+  main.replaceChildren(h("h1", {}, "Live"), h("p", { className: "muted", id: "live-replicas" }), state,
+    h("div", { className: "charts" }, figures));
+  const replicas = new Map();
   async function tick() {
     try {
-      const now = totals(await text("/metrics", signal));
-      const at = Date.now() / 1000;
-      if (before) {
-        samples.push([at, sample(now, before, at - then)]);
-        if (samples.length > KEEP) samples.shift();
-        for (const [id, title, lines] of CHARTS) {
-          const host = main.querySelector(`#${id}`);
-          lineChart(host, title, lines.map(([name, key]) => ({ name, points: samples.map(([time, values]) => [time, values[key]]) })));
-          host.dataset.samples = String(samples.length);
-          host.dataset.peak = String(Math.max(...lines.flatMap(([, key]) => samples.map(([, values]) => values[key]))));
-        }
-        state.textContent = `Updated ${new Date().toLocaleTimeString()}.`;
-      }
-      before = now;
-      then = at;
+      const listed = await call("GET", "/v1/replicas", undefined, signal);
+      for (const { id } of listed.data) if (!replicas.has(id)) replicas.set(id, new Replica(id));
+      for (const id of replicas.keys()) if (!listed.data.some((replica) => replica.id === id)) replicas.delete(id);
+      main.querySelector("#live-replicas").textContent = `Replicas: ${[...replicas.keys()].join(", ")}`
+        + " (each one's figures, all its API processes summed).";
+      await Promise.all([...replicas.values()].map((replica) => replica.read(signal)));
+      draw(main, [...replicas.values()]);
+      state.textContent = `Updated ${new Date().toLocaleTimeString()}.`;
     } catch (error) {
       if (error.name !== "AbortError") state.replaceChildren(errorLine(error));
     }

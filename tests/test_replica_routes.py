@@ -1,0 +1,48 @@
+"""`/v1/replicas` and `/v1/replicas/{id}/metrics` (the console's Live page, per replica): two replicas on one
+PostgreSQL list each other, each reads the other's /metrics at the address it advertised, and a replica that left
+is a 404; a server alone is one replica."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from server.config import ServerConfig
+from server.http.app import create_app
+from server.serving import ServingContext
+from tests.conftest import serve_in_thread
+from tests.scripted_engine import ScriptedEngine
+from tests.test_affinity import all_live, replica
+from tests.test_server import MODEL
+
+
+def test_replicas_list_each_other_and_read_each_others_metrics(tokenizer: Any, postgres: Any) -> None:
+    url = postgres.new_database()
+    with replica("a", url, tokenizer) as a:
+        with replica("b", url, tokenizer) as b:
+            all_live(a, b)
+            listed = httpx.get(f"{a.harness.base_url}/replicas").json()["data"]
+            assert [(entry["id"], entry["here"]) for entry in listed] == [("a", True), ("b", False)]
+            for node, other in ((a, "b"), (b, "a")):
+                answer = httpx.get(f"{node.harness.base_url}/replicas/{other}/metrics")
+                assert answer.status_code == 200 and "responses_server_output_tokens_total" in answer.text
+                assert answer.headers["content-type"].startswith("text/plain")
+                assert answer.headers["responses-server-replica"] == other, "the other replica's own answer"
+            assert httpx.get(f"{a.harness.base_url}/replicas/nobody/metrics").status_code == 404
+        deadline = time.monotonic() + 10
+        while "b" in a.registry.live():  # b left the store: the next heartbeat drops it
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        gone = httpx.get(f"{a.harness.base_url}/replicas/b/metrics")
+        assert gone.status_code == 404 and gone.json()["error"]["param"] == "replica_id"
+
+
+def test_a_server_alone_is_one_replica(tokenizer: Any) -> None:
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine)
+    with serve_in_thread(create_app(context)) as base_url:
+        (only,) = httpx.get(f"{base_url}/replicas").json()["data"]
+        assert only["here"]
+        assert "responses_server_" in httpx.get(f"{base_url}/replicas/{only['id']}/metrics").text
