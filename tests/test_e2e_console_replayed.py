@@ -1,51 +1,99 @@
-"""The console with two projects' keys (a server with a projects file; the chat model replayed, nothing here needs
-its words): with alpha's key, the list shows alpha's responses only, and beta's response, named in the address,
-is exactly a missing one."""
+"""The console on replayed gpt-oss output (the harmony path; the server's projects file gives two projects' keys):
+reasoning streams into the playground as an item of its own beside the answer; and with alpha's key the list holds
+alpha's responses alone, while beta's response, named in the address, is exactly a missing one."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any, Iterator
 
 import httpx
 import pytest
 
-from server.engine.recording import Recording
 from tests.browser import chromium, console_page
-from tests.servers import MODEL, RunningServer
+from tests.servers import RunningServer
+from tests.test_e2e_codex import write_recordings
+from tests.test_harmony import completion
 
 pytestmark = pytest.mark.e2e
 KEYS = {"alpha": "alpha-console-key-0123456789", "beta": "beta-console-key-0123456789"}
+THOUGHT = "The user wants the capital of France. It is Paris, so say so in one short sentence."
+ANSWER = "The capital of France is Paris."
 
 
-def test_another_projects_responses_never_appear(tmp_path: Path) -> None:
-    recording = tmp_path / "answer.jsonl"
-    recording.write_text(Recording([], [[2]], "stop").to_json() + "\n")
-    projects = tmp_path / "projects.toml"
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    folder = tmp_path_factory.mktemp("replayed")
+    recordings = write_recordings(folder / "answer.jsonl", [completion(("analysis", None, THOUGHT),
+                                                                       ("final", None, ANSWER))])
+    projects = folder / "projects.toml"
     projects.write_text("".join(f'[[keys]]\nname = "{name}"\nproject = "{name}"\n'
                                 f'sha256 = "{hashlib.sha256(key.encode()).hexdigest()}"\n'
                                 for name, key in KEYS.items()))
-    server = RunningServer(["--replay-engine-output", str(recording), "--projects-file", str(projects)],
-                           tmp_path / "server.log")
-    try:
-        made = {name: [httpx.post(f"{server.base_url}/responses", timeout=60, headers={
-            "Authorization": f"Bearer {key}"}, json={"model": MODEL, "input": f"{name} {turn}"}).json()["id"]
-            for turn in range(2)] for name, key in KEYS.items()}
-        origin = server.base_url.removesuffix("/v1")
-        with chromium() as browser, console_page(browser, origin, refusals=True) as page:
-            page.goto(f"{origin}/console/#/responses")
-            page.wait_for_selector("#main .error", state="attached")  # no key yet: the list asks for one
-            page.click("#key-button")
-            page.fill("#key-input", KEYS["alpha"])
-            page.click("#key-dialog button[value=save]")
-            page.wait_for_selector("#rl-rows tr", state="attached")
-            listed = [row.get_attribute("data-id") for row in page.locator("#rl-rows tr").all()]
-            assert listed == made["alpha"][::-1]
-            shown = {}
-            for response_id in (made["beta"][0], f"resp_{'0' * 48}"):  # beta's, and one that never was
-                page.goto(f"{origin}/console/#/responses/{response_id}")
-                page.wait_for_function(f"document.querySelector('#main .error')?.textContent.includes('{response_id}')")
-                shown[response_id] = page.locator("#main").inner_text().replace(response_id, "ID")
-            assert shown[made["beta"][0]] == shown[f"resp_{'0' * 48}"] and "not found" in shown[made["beta"][0]]
-    finally:
-        server.stop()
+    running = RunningServer(["--harmony", "--replay-engine-output", str(recordings), "--projects-file",
+                             str(projects)], folder / "server.log")
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def chrome() -> Iterator[Any]:
+    with chromium() as running:
+        yield running
+
+
+def origin(server: RunningServer) -> str:
+    return server.base_url.removesuffix("/v1")
+
+
+def model(server: RunningServer) -> str:
+    answer = httpx.get(f"{server.base_url}/models", headers={"Authorization": f"Bearer {KEYS['alpha']}"})
+    return str(answer.json()["data"][0]["id"])
+
+
+def use_key(page: Any, key: str) -> None:
+    page.click("#key-button")
+    page.fill("#key-input", key)
+    page.click("#key-dialog button[value=save]")
+
+
+def test_reasoning_streams_into_the_playground_as_its_own_item(chrome: Any, server: RunningServer) -> None:
+    with console_page(chrome, origin(server), refusals=True) as page:
+        page.goto(f"{origin(server)}/console/#/playground")
+        use_key(page, KEYS["alpha"])
+        page.wait_for_selector("#pg-model option", state="attached")
+        page.evaluate("""() => { window.sizes = new Set(); const output = document.querySelector('#pg-output');
+            new MutationObserver(() => { const growing = output.querySelector('[data-type=reasoning] [data-growing]');
+              if (growing) window.sizes.add(growing.textContent.length); })
+              .observe(output, {childList: true, subtree: true, characterData: true}); }""")
+        page.fill("#pg-input", "What is the capital of France?")
+        page.click("#pg-send")
+        page.wait_for_function("document.querySelector('#pg-output section.turn') && "
+                               "document.querySelector('#pg-stop').disabled", timeout=120_000)
+        turn = page.locator("#pg-output section.turn").last
+        assert [item.get_attribute("data-type") for item in turn.locator("article.item").all()] == \
+            ["reasoning", "message"]
+        assert turn.locator("article[data-type=reasoning] .text").first.inner_text().strip() == THOUGHT
+        assert turn.locator("article[data-type=message] .text").first.inner_text().strip() == ANSWER
+        assert len(page.evaluate("[...window.sizes]")) >= 3, "the reasoning grew delta by delta"
+
+
+def test_another_projects_responses_never_appear(chrome: Any, server: RunningServer) -> None:
+    made = {name: [httpx.post(f"{server.base_url}/responses", timeout=60, headers={
+        "Authorization": f"Bearer {key}"}, json={"model": model(server), "input": f"{name} {turn}"}).json()["id"]
+        for turn in range(2)] for name, key in KEYS.items()}
+    with console_page(chrome, origin(server), refusals=True) as page:
+        page.goto(f"{origin(server)}/console/#/responses")
+        page.wait_for_selector("#main .error", state="attached")  # no key yet: the list asks for one
+        use_key(page, KEYS["alpha"])
+        page.wait_for_selector("#rl-rows tr", state="attached")
+        listed = [row.get_attribute("data-id") for row in page.locator("#rl-rows tr").all()]
+        assert set(made["alpha"]) <= set(listed) and not set(made["beta"]) & set(listed)
+        assert listed[:2] == made["alpha"][::-1]
+        shown = {}
+        for response_id in (made["beta"][0], f"resp_{'0' * 48}"):  # beta's, and one that never was
+            page.goto(f"{origin(server)}/console/#/responses/{response_id}")
+            page.wait_for_function(f"document.querySelector('#main .error')?.textContent.includes('{response_id}')")
+            shown[response_id] = page.locator("#main").inner_text().replace(response_id, "ID")
+        assert shown[made["beta"][0]] == shown[f"resp_{'0' * 48}"] and "not found" in shown[made["beta"][0]]
