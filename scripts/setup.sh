@@ -3,44 +3,28 @@
 # the pip part reruns only when pyproject.toml or this script changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# PostgreSQL's server, for the store tests on both backends and the two-replica test (Debian's package).
-if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+# debian_package PACKAGE WHAT: install a Debian package (as root; `apt-get update` first if the lists are stale),
+# or say that WHAT is missing.
+debian_package() {
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null \
-      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1" >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1" >/dev/null; }
   else
-    echo "setup: PostgreSQL's server is missing; install Debian's postgresql package (as root)" >&2
+    echo "setup: $2 is missing; install Debian's $1 package (as root)" >&2
   fi
-fi
-# nginx, for the test that runs docker/nginx.conf in front of two stand-in replicas (Debian's nginx-light).
+}
+# PostgreSQL's server, for the store tests on both backends and the two-replica test.
+ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || debian_package postgresql "PostgreSQL's server"
+# nginx, for the test that runs docker/nginx.conf in front of two stand-in replicas.
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx-light >/dev/null \
-      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx-light >/dev/null; }
-    service nginx stop >/dev/null 2>&1 || true  # the package starts one on port 80; the tests run their own
-  else
-    echo "setup: nginx is missing; install Debian's nginx-light package (as root)" >&2
-  fi
+  debian_package nginx-light nginx
+  service nginx stop >/dev/null 2>&1 || true  # the package starts one on port 80; the tests run their own
 fi
-# faketime (libfaketime), for the chaos test's replica whose clock runs ahead (Debian's faketime).
-if ! command -v faketime >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends faketime >/dev/null \
-      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends faketime >/dev/null; }
-  else
-    echo "setup: faketime is missing; install Debian's faketime package (as root)" >&2
-  fi
-fi
-# Chromium, for the console's tests in a real browser, driven by Playwright (Debian's chromium: Playwright's own
-# browser download is not needed).
-if ! command -v chromium >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null \
-      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
-  else
-    echo "setup: chromium is missing; install Debian's chromium package (as root)" >&2
-  fi
-fi
+# faketime (libfaketime), for the chaos test's replica whose clock runs ahead.
+command -v faketime >/dev/null 2>&1 || debian_package faketime faketime
+# Chromium, for the console's tests in a real browser, driven by Playwright (Playwright's own browser download is
+# not needed).
+command -v chromium >/dev/null 2>&1 || debian_package chromium Chromium
 VENV="${VENV:-.venv}"
 PY="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"

@@ -77,6 +77,19 @@ def console_page(browser: Any, origin: str, dark: bool = False, refusals: bool =
     assert not watched.errors, f"console errors: {watched.errors}"
 
 
+def watch_growth(page: Any, growing: str) -> None:
+    """Record each length the text of the element `growing` (a CSS selector) takes while it is drawn."""
+    page.evaluate("""(growing) => { window.sizes = new Set(); const main = document.querySelector('main');
+        new MutationObserver(() => { const element = main.querySelector(growing);
+          if (element) window.sizes.add(element.textContent.length); })
+          .observe(main, {childList: true, subtree: true, characterData: true}); }""", growing)
+
+
+def growth_steps(page: Any) -> int:
+    """How many lengths the watched text took: a text drawn at once took one."""
+    return int(page.evaluate("window.sizes.size"))
+
+
 def serious_violations(page: Any) -> list[str]:
     """axe-core's serious and critical violations on the page as it is (axe from the pinned package, injected
     inline: nothing is fetched)."""

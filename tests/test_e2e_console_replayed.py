@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from tests.browser import chromium, console_page
+from tests.browser import chromium, console_page, growth_steps, watch_growth
 from tests.servers import RunningServer
 from tests.test_e2e_codex import write_recordings
 from tests.test_harmony import completion
@@ -63,10 +63,7 @@ def test_reasoning_streams_into_the_playground_as_its_own_item(chrome: Any, serv
         page.goto(f"{origin(server)}/console/#/playground")
         use_key(page, KEYS["alpha"])
         page.wait_for_selector("#pg-model option", state="attached")
-        page.evaluate("""() => { window.sizes = new Set(); const output = document.querySelector('#pg-output');
-            new MutationObserver(() => { const growing = output.querySelector('[data-type=reasoning] [data-growing]');
-              if (growing) window.sizes.add(growing.textContent.length); })
-              .observe(output, {childList: true, subtree: true, characterData: true}); }""")
+        watch_growth(page, "#pg-output [data-type=reasoning] [data-growing]")
         page.fill("#pg-input", "What is the capital of France?")
         page.click("#pg-send")
         page.wait_for_function("document.querySelector('#pg-output section.turn') && "
@@ -76,7 +73,7 @@ def test_reasoning_streams_into_the_playground_as_its_own_item(chrome: Any, serv
             ["reasoning", "message"]
         assert turn.locator("article[data-type=reasoning] .text").first.inner_text().strip() == THOUGHT
         assert turn.locator("article[data-type=message] .text").first.inner_text().strip() == ANSWER
-        assert len(page.evaluate("[...window.sizes]")) >= 3, "the reasoning grew delta by delta"
+        assert growth_steps(page) >= 3, "the reasoning grew delta by delta"
 
 
 def test_another_projects_responses_never_appear(chrome: Any, server: RunningServer) -> None:

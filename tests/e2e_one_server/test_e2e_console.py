@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from tests.browser import chromium, console_page, screenshot, serious_violations
+from tests.browser import chromium, console_page, growth_steps, screenshot, serious_violations, watch_growth
 from tests.mcp_servers import RunningMcp
 from tests.servers import MODEL, UNPENALIZED, RunningServer
 
@@ -52,16 +52,13 @@ def test_a_streamed_answer_grows_token_by_token_and_a_tool_call_renders(page: An
                                                                           tmp_path: Path) -> None:
     page.goto(f"{origin(server)}/console/#/playground")
     page.wait_for_selector("#pg-model option", state="attached")
-    page.evaluate("""() => { window.sizes = new Set(); const output = document.querySelector('#pg-output');
-        new MutationObserver(() => { const growing = output.querySelector('[data-growing]');
-          if (growing) window.sizes.add(growing.textContent.length); })
-          .observe(output, {childList: true, subtree: true, characterData: true}); }""")
+    watch_growth(page, "#pg-output [data-growing]")
     page.fill("#pg-input", "Write the numbers from 1 to 30, one per line.")
     send_and_wait(page, 1)
     response_id = last_turn(page).page.locator("#pg-status a").inner_text()
     stored = server.client.responses.retrieve(response_id)
-    sizes = page.evaluate("[...window.sizes]")
-    assert len(sizes) >= 5, f"the answer appeared in {len(sizes)} steps, not token by token"
+    steps = growth_steps(page)
+    assert steps >= 5, f"the answer appeared in {steps} steps, not token by token"
     assert stored.status == "completed" and stored.output_text
     assert last_turn(page).locator("article[data-type=message] .text").first.inner_text().strip() == \
         stored.output_text.strip()

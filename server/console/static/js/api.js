@@ -44,6 +44,19 @@ export async function call(method, path, body, signal) {
   return answer.json();
 }
 
+/** Every item of a list route (`/input_items`, a conversation's `/items`), oldest first, 100 a page. */
+export async function allItems(path) {
+  const items = [];
+  let after = null;
+  for (;;) {
+    const query = new URLSearchParams({ limit: "100", order: "asc", ...(after ? { after } : {}) });
+    const page = await call("GET", `${path}?${query}`);
+    items.push(...page.data);
+    if (!page.has_more) return items;
+    after = page.last_id;
+  }
+}
+
 /** The text of a GET (for /metrics). */
 export async function text(path, signal) {
   const answer = await fetch(path, { headers: headers(), signal });

@@ -1,7 +1,7 @@
 // Stored responses: a list (newest first, filtered, by cursor), one response item by item with its chain, and a
 // conversation's items.
 
-import { call, events, TERMINAL } from "./api.js";
+import { allItems, call, events, TERMINAL } from "./api.js";
 import { errorLine, h, number, statusBadge, when } from "./dom.js";
 import { LiveResponse, renderItem, renderUsage } from "./items.js";
 
@@ -66,18 +66,6 @@ export async function renderList(main) {
   await load(true);
 }
 
-async function allInputItems(responseId) {
-  const items = [];
-  let after = null;
-  for (;;) {
-    const query = new URLSearchParams({ limit: "100", order: "asc", ...(after ? { after } : {}) });
-    const page = await call("GET", `/v1/responses/${responseId}/input_items?${query}`);
-    items.push(...page.data);
-    if (!page.has_more) return items;
-    after = page.last_id;
-  }
-}
-
 function facts(response) {
   const rows = [["Status", statusBadge(response.status)], ["Model", response.model], ["Created", when(response.created_at)],
     ["Completed", when(response.completed_at)], ["Background", response.background ? "yes" : "no"],
@@ -107,7 +95,7 @@ export async function renderDetail(main, responseId, signal) {
     const output = h("section", { "aria-label": "Output items", id: "output-items" });
     const header = [h("h1", {}, "Response ", h("code", {}, responseId)), facts(response), await chain(response),
       response.error ? errorLine(response.error) : null, renderUsage(response)];
-    const inputs = await allInputItems(responseId);
+    const inputs = await allItems(`/v1/responses/${responseId}/input_items`);
     main.replaceChildren(...header.filter(Boolean),
       h("h2", {}, "Input items"), h("section", { "aria-label": "Input items", id: "input-items" }, inputs.map((item) => renderItem(item))),
       h("h2", {}, "Output items"), output);
@@ -131,15 +119,7 @@ const TERMINAL_STATUSES = new Set(["completed", "failed", "incomplete", "cancell
 export async function renderConversation(main, conversationId) {
   main.replaceChildren(h("h1", {}, "Conversation ", h("code", {}, conversationId)));
   try {
-    const items = [];
-    let after = null;
-    for (;;) {
-      const query = new URLSearchParams({ limit: "100", order: "asc", ...(after ? { after } : {}) });
-      const page = await call("GET", `/v1/conversations/${conversationId}/items?${query}`);
-      items.push(...page.data);
-      if (!page.has_more) break;
-      after = page.last_id;
-    }
+    const items = await allItems(`/v1/conversations/${conversationId}/items`);
     main.append(h("section", { "aria-label": "Conversation items" }, items.map((item) => renderItem(item))));
   } catch (error) {
     main.append(errorLine(error));
