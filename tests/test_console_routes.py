@@ -59,3 +59,17 @@ def test_a_browsers_websocket_offers_its_key_as_a_subprotocol(base_url: str) -> 
     with pytest.raises(InvalidStatus) as refused:
         connect(socket_url, subprotocols=["openai-responses", "openai-insecure-api-key.wrong"])
     assert refused.value.response.status_code == 401
+
+
+def test_the_hosted_tools_are_those_the_operator_set_up(tokenizer: Any) -> None:
+    from server.tools.mcp_servers import McpSettings
+
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
+    mcp = McpSettings(servers={"zeta": "http://127.0.0.1:1/mcp", "calc": "http://127.0.0.1:2/mcp"},
+                      tool_servers={"python": "http://127.0.0.1:3/mcp"})
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL, mcp=mcp), engine_factory=lambda: engine)
+    with serve_in_thread(create_app(context)) as url:
+        tools = httpx.get(f"{url}/hosted_tools").json()["data"]
+    assert tools == [{"type": "mcp", "server_label": "calc", "require_approval": "always"},
+                     {"type": "mcp", "server_label": "zeta", "require_approval": "always"},
+                     {"type": "code_interpreter", "container": {"type": "auto"}}]

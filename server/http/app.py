@@ -23,6 +23,7 @@ from server.http.routes import router
 from server.http.stored_routes import router as stored_router
 from server.http.usage_routes import router as usage_router
 from server.http.replica_routes import router as replica_router
+from server.http.tool_routes import router as tool_router
 from server.http.websocket import OpenSockets
 from server.http.websocket import router as websocket_router
 
@@ -81,6 +82,7 @@ def create_app(context: ServingContext) -> FastAPI:
     app.include_router(conversation_router)
     app.include_router(usage_router)
     app.include_router(replica_router)
+    app.include_router(tool_router)
     app.include_router(file_router)
     app.include_router(vector_store_router)
     app.include_router(websocket_router)

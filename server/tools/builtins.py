@@ -5,7 +5,7 @@ tool each call runs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from server.errors import RequestError
 
@@ -52,3 +52,18 @@ def shown_builtin(tool: dict[str, Any]) -> dict[str, Any]:
                           for name, (description, schema) in BROWSER_TOOLS.items()]}
     description, schema = PYTHON_TOOL
     return {"type": "code_interpreter", "name": PYTHON, "description": description, "parameters": schema}
+
+
+def runnable_tools(servers: Mapping[str, str], tool_servers: Mapping[str, str],
+                   vector_stores: bool) -> list[dict[str, Any]]:
+    """The hosted tools a request may name on this server as they are, each as a request's `tools` entry: the MCP
+    servers registered by label, the built-ins whose tool server is set, and `file_search` (its stores to fill in)."""
+    tools: list[dict[str, Any]] = [{"type": "mcp", "server_label": label, "require_approval": "always"}
+                                   for label in sorted(servers)]
+    if BROWSER in tool_servers:
+        tools.append({"type": "web_search"})
+    if PYTHON in tool_servers:
+        tools.append({"type": "code_interpreter", "container": {"type": "auto"}})
+    if vector_stores:
+        tools.append({"type": "file_search", "vector_store_ids": []})
+    return tools

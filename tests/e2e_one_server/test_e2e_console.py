@@ -89,7 +89,7 @@ def test_a_streamed_answer_grows_token_by_token_and_a_tool_call_renders(page: An
 def test_an_mcp_call_is_approved_from_the_page_and_runs(page: Any, server: RunningServer, mcp: RunningMcp) -> None:
     page.goto(f"{origin(server)}/console/#/playground")
     page.wait_for_selector("#pg-model option", state="attached")
-    page.fill("#pg-tools", json.dumps([{"type": "mcp", "server_label": "registered", "require_approval": "always"}]))
+    page.click("text=Add MCP registered")  # the operator's server (--mcp-server registered=...), with approvals
     page.fill("#pg-tool-choice", json.dumps({"type": "mcp", "server_label": "registered", "name": "add"}))
     page.fill("#pg-max-tokens", "48")
     page.fill("#pg-input", "Add 1 and 2.")
@@ -104,6 +104,9 @@ def test_an_mcp_call_is_approved_from_the_page_and_runs(page: Any, server: Runni
     ran = last_turn(page).locator("article[data-type=mcp_call]").first
     assert ran.locator("pre").last.inner_text().strip() == str(arguments["a"] + arguments["b"])
     assert sum(headers.get("mcp-method") == "tools/call" for headers in mcp.recorder.headers) == calls_before + 1
+    presets = page.locator("#pg-presets button").all_inner_texts()
+    assert presets == ["Add function", "Add MCP registered", "Add web search", "Add code interpreter",
+                       "Add file search"], "the server's hosted tools (its browser and python servers are set)"
 
 
 def test_a_stored_response_opens_item_by_item_and_its_chain_is_walked(page: Any, server: RunningServer,

@@ -5,12 +5,14 @@ import { errorLine, h, statusBadge } from "./dom.js";
 import { LiveResponse, renderUsage } from "./items.js";
 import { snippets } from "./snippets.js";
 
-const TOOL_PRESETS = {
-  function: { type: "function", name: "get_weather", description: "The weather in a city.",
-    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } },
-  mcp: { type: "mcp", server_label: "registered", require_approval: "always" },
-  file_search: { type: "file_search", vector_store_ids: ["vs_..."] },
-};
+const FUNCTION_PRESET = { type: "function", name: "get_weather", description: "The weather in a city.",
+  parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } };
+
+function presetName(tool) {
+  if (tool.type === "function") return "function";
+  if (tool.type === "mcp") return `MCP ${tool.server_label}`;
+  return tool.type.replaceAll("_", " ");
+}
 
 function field(id, labelText, control, hint) {
   control.id = id;
@@ -47,15 +49,13 @@ export async function render(main) {
   const snippet = h("pre", { id: "pg-snippet", className: "code", hidden: true });
   const tools = h("textarea", { rows: 5, placeholder: "[ ]" });
   const schema = h("textarea", { rows: 4 }, '{"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"], "additionalProperties": false}');
+  const presets = h("div", { className: "row", id: "pg-presets" });
   const form = h("form", { className: "panel", "aria-label": "Request" },
     field("pg-model", "Model", select([], "")),
     field("pg-instructions", "Instructions", h("textarea", { rows: 2 })),
     field("pg-input", "Input", h("textarea", { rows: 4, required: true })),
     field("pg-tools", "Tools (JSON list)", tools),
-    h("div", { className: "row" }, Object.keys(TOOL_PRESETS).map((kind) => h("button", { type: "button", onclick: () => {
-      const list = tools.value.trim() ? JSON.parse(tools.value) : [];
-      tools.value = JSON.stringify([...list, TOOL_PRESETS[kind]], null, 2);
-    } }, `Add ${kind.replace("_", " ")}`))),
+    presets,
     h("div", { className: "row" },
       field("pg-tool-choice", "Tool choice", h("input", { type: "text", list: "pg-tool-choices", value: "auto", size: 14 }),
         "auto, required, none, or a JSON object"),
@@ -143,10 +143,21 @@ export async function render(main) {
     send(body);
   });
 
+  function addTool(tool) {
+    try {
+      const list = tools.value.trim() ? JSON.parse(tools.value) : [];
+      tools.value = JSON.stringify([...list, tool], null, 2);
+    } catch (error) {
+      status.replaceChildren(errorLine(error));
+    }
+  }
+
   try {
-    const models = await call("GET", "/v1/models");
+    const [models, hosted] = await Promise.all([call("GET", "/v1/models"), call("GET", "/v1/hosted_tools")]);
     const choice = form.querySelector("#pg-model");
     choice.replaceChildren(...models.data.map((model) => h("option", { value: model.id }, model.id)));
+    presets.replaceChildren(...[FUNCTION_PRESET, ...hosted.data].map((tool) =>
+      h("button", { type: "button", onclick: () => addTool(tool) }, `Add ${presetName(tool)}`)));
   } catch (error) {
     status.replaceChildren(errorLine(error));
   }
