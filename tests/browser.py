@@ -105,4 +105,5 @@ def screenshot(page: Any, name: str, fallback: Path) -> None:
     """The page as a PNG: under $CONSOLE_SCREENSHOTS (`make screenshots`: docs/images), else `fallback`."""
     folder = Path(os.environ.get("CONSOLE_SCREENSHOTS") or fallback)
     folder.mkdir(parents=True, exist_ok=True)
+    page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(folder / f"console-{name}.png"))

@@ -5,6 +5,7 @@ alpha's responses alone, while beta's response, named in the address, is exactly
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -74,20 +75,32 @@ def test_reasoning_streams_into_the_playground_as_its_own_item(chrome: Any, serv
         assert turn.locator("article[data-type=reasoning] .text").first.inner_text().strip() == THOUGHT
         assert turn.locator("article[data-type=message] .text").first.inner_text().strip() == ANSWER
         assert growth_steps(page) >= 3, "the reasoning grew delta by delta"
+        page.click("text=Copy as curl")
+        curl = page.locator("#pg-snippet").inner_text()
+        sent = json.loads(curl.split("-d '", 1)[1].rsplit("'", 1)[0])
+        assert sent["input"] == "What is the capital of France?" and sent["previous_response_id"].startswith("resp_")
+        page.click("text=Copy as Python")
+        python = page.locator("#pg-snippet").inner_text()
+        compile(python, "snippet", "exec")  # valid Python, which names the same request
+        assert "client.responses.stream(" in python and sent["previous_response_id"] in python
 
 
 def test_another_projects_responses_never_appear(chrome: Any, server: RunningServer) -> None:
+    """With more than a page of alpha's: "Older responses" pages on by cursor, and beta's never appear."""
     made = {name: [httpx.post(f"{server.base_url}/responses", timeout=60, headers={
         "Authorization": f"Bearer {key}"}, json={"model": model(server), "input": f"{name} {turn}"}).json()["id"]
-        for turn in range(2)] for name, key in KEYS.items()}
+        for turn in range(turns)] for (name, key), turns in zip(KEYS.items(), (23, 2))}
     with console_page(chrome, origin(server), refusals=True) as page:
         page.goto(f"{origin(server)}/console/#/responses")
         page.wait_for_selector("#main .error", state="attached")  # no key yet: the list asks for one
         use_key(page, KEYS["alpha"])
         page.wait_for_selector("#rl-rows tr", state="attached")
+        assert page.locator("#rl-rows tr").count() == 20
+        page.click("#rl-more")
+        page.wait_for_function("document.querySelectorAll('#rl-rows tr').length > 20")
         listed = [row.get_attribute("data-id") for row in page.locator("#rl-rows tr").all()]
-        assert set(made["alpha"]) <= set(listed) and not set(made["beta"]) & set(listed)
-        assert listed[:2] == made["alpha"][::-1]
+        assert listed[:23] == made["alpha"][::-1] and len(set(listed)) == len(listed)
+        assert not set(made["beta"]) & set(listed)
         shown = {}
         for response_id in (made["beta"][0], f"resp_{'0' * 48}"):  # beta's, and one that never was
             page.goto(f"{origin(server)}/console/#/responses/{response_id}")
