@@ -1,11 +1,13 @@
 """Real MCP servers for the tests, written with the official `mcp` package and served by uvicorn on free ports:
-a calculator, a tool that fails, a local-corpus search and a Python runner (in a subprocess)."""
+a calculator, a tool that fails, a local-corpus search and a Python runner (in a subprocess); gpt-oss's browser
+tools; and a gate that holds a call until the test opens it."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -154,6 +156,29 @@ def browser_server() -> Any:
 def serve_browser() -> Iterator[RunningMcp]:
     """The browser server on a free port, until the block ends."""
     recorder = RecordingApp(browser_server().streamable_http_app(stateless_http=True))
+    with serve_asgi(recorder) as port:
+        yield RunningMcp(f"http://127.0.0.1:{port}/mcp", recorder)
+
+
+def gate_server(gate: threading.Event) -> Any:
+    """An MCP server whose one tool, `hold`, answers only once the test sets `gate` (at most two minutes): a call,
+    and the response making it, stay in progress for as long as a test needs them to."""
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("gate")
+
+    @server.tool(description="Wait until the gate opens.")
+    async def hold() -> str:
+        opened = await anyio.to_thread.run_sync(gate.wait, 120)
+        return "opened" if opened else "still closed"
+
+    return server
+
+
+@contextmanager
+def serve_gate(gate: threading.Event) -> Iterator[RunningMcp]:
+    """The gate server on a free port, until the block ends."""
+    recorder = RecordingApp(gate_server(gate).streamable_http_app(stateless_http=True))
     with serve_asgi(recorder) as port:
         yield RunningMcp(f"http://127.0.0.1:{port}/mcp", recorder)
 

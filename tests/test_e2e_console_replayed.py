@@ -1,11 +1,13 @@
 """The console on replayed gpt-oss output (the harmony path; the server's projects file gives two projects' keys):
-reasoning streams into the playground as an item of its own beside the answer; and with alpha's key the list holds
-alpha's responses alone, while beta's response, named in the address, is exactly a missing one."""
+reasoning streams into the playground as an item of its own beside the answer; with alpha's key the list holds
+alpha's responses alone, while beta's response, named in the address, is exactly a missing one; and (a server of
+its own, whose MCP call waits at a gate) a running background response is followed live."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -15,7 +17,8 @@ import pytest
 from tests.browser import chromium, console_page, growth_steps, watch_growth
 from tests.servers import RunningServer
 from tests.test_e2e_codex import write_recordings
-from tests.test_harmony import completion
+from tests.mcp_servers import serve_gate
+from tests.test_harmony import CALL, completion
 
 pytestmark = pytest.mark.e2e
 KEYS = {"alpha": "alpha-console-key-0123456789", "beta": "beta-console-key-0123456789"}
@@ -107,3 +110,33 @@ def test_another_projects_responses_never_appear(chrome: Any, server: RunningSer
             page.wait_for_function(f"document.querySelector('#main .error')?.textContent.includes('{response_id}')")
             shown[response_id] = page.locator("#main").inner_text().replace(response_id, "ID")
         assert shown[made["beta"][0]] == shown[f"resp_{'0' * 48}"] and "not found" in shown[made["beta"][0]]
+
+
+def test_a_running_background_response_is_followed_live(chrome: Any, tmp_path: Path) -> None:
+    """A background response whose MCP call waits at a gate: its page shows it running, with the call, and draws the
+    rest as it arrives once the gate opens, ending as the stored response."""
+    gate = threading.Event()
+    recordings = write_recordings(tmp_path / "held.jsonl", [
+        completion(("commentary", "gate.hold", "{}"), end=CALL), completion(("final", None, ANSWER))])
+    with serve_gate(gate) as held:
+        server = RunningServer(["--harmony", "--replay-engine-output", str(recordings), "--mcp-server",
+                                f"gate={held.url}"], tmp_path / "server.log")
+        try:
+            started = httpx.post(f"{server.base_url}/responses", timeout=60, json={
+                "model": httpx.get(f"{server.base_url}/models").json()["data"][0]["id"], "input": "Go.",
+                "background": True, "tools": [{"type": "mcp", "server_label": "gate", "require_approval": "never"}]})
+            response_id = started.json()["id"]
+            with console_page(chrome, origin(server)) as page:
+                page.goto(f"{origin(server)}/console/#/responses/{response_id}")
+                page.wait_for_selector("#output-items article[data-type=mcp_call]", timeout=120_000)
+                assert page.locator(".facts .status-in_progress").count() == 1, "shown while it runs"
+                assert page.locator("#output-items article[data-type=message]").count() == 0
+                gate.set()
+                page.wait_for_selector(".facts .status-completed", timeout=120_000)
+                stored = httpx.get(f"{server.base_url}/responses/{response_id}").json()
+                shown = [item.get_attribute("data-type") for item in page.locator("#output-items .item").all()]
+                assert shown == [item["type"] for item in stored["output"]] and shown[-1] == "message"
+                assert page.locator("#output-items article[data-type=message]").inner_text().strip().endswith(ANSWER)
+        finally:
+            gate.set()
+            server.stop()
