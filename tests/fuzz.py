@@ -144,7 +144,8 @@ def two_projects() -> Iterator[tuple[str, str, dict[str, str]]]:
                  for name, key in PROJECT_KEYS.items())
     with fuzz_server(ProjectsFile(keys)) as root, httpx.Client(
             base_url=root, timeout=60, headers={"Authorization": f"Bearer {PROJECT_KEYS['beta']}"}) as beta:
-        response = beta.post("/v1/responses", json={"model": MODEL, "input": f"Keep {MARKER}."}).json()["id"]
+        response = beta.post("/v1/responses", json={"model": MODEL, "input": f"Keep {MARKER}.",
+                                                    "metadata": {"note": MARKER}}).json()["id"]
         conversation = beta.post("/v1/conversations", json={"items": [{"role": "user", "content": MARKER}]}).json()
         item = beta.get(f"/v1/conversations/{conversation['id']}/items").json()["data"][0]["id"]
         file = beta.post("/v1/files", files={"file": ("private.txt", MARKER.encode())},

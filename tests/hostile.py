@@ -331,6 +331,9 @@ def foreign_id_cases(ids: dict[str, str]) -> Iterator[tuple[str, str, str, dict[
     yield "input_file file_id", "POST", "/v1/responses", {"input": [{"role": "user", "content": [
         {"type": "input_file", "file_id": file}]}]}
     yield "get response", "GET", f"/v1/responses/{response}", None
+    yield "list responses", "GET", "/v1/responses", None
+    yield "list responses after", "GET", f"/v1/responses?after={response}", None
+    yield "list responses continuing", "GET", f"/v1/responses?previous_response_id={response}", None
     yield "replay response", "GET", f"/v1/responses/{response}?stream=true&starting_after=0", None
     yield "input items", "GET", f"/v1/responses/{response}/input_items", None
     yield "input items after", "GET", f"/v1/responses/{response}/input_items?after={item}", None

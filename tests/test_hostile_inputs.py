@@ -51,6 +51,7 @@ def test_another_projects_ids_everywhere_an_id_goes_get_what_an_unknown_id_gets(
         serve_foreign_ids(root, MODEL, key, theirs, findings)
         with httpx.Client(base_url=root, headers={"Authorization": f"Bearer {PROJECT_KEYS['beta']}"}) as beta:
             assert MARKER in beta.get(f"/v1/responses/{theirs['response']}/input_items").text
+            assert theirs["response"] in [listed["id"] for listed in beta.get("/v1/responses?limit=100").json()["data"]]
             assert beta.get(f"/v1/conversations/{theirs['conversation']}").json().get("metadata") in ({}, None)
             items = beta.get(f"/v1/conversations/{theirs['conversation']}/items").json()["data"]
             assert [item["id"] for item in items] == [theirs["item"]]
