@@ -100,7 +100,7 @@ def balanced(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[s
 
 @pytest.mark.parametrize("balanced", ["draining"], indirect=True)
 def test_a_draining_replicas_503_sends_the_post_to_the_other(balanced: tuple[str, Replica, Replica]) -> None:
-    """Integrity point 15: nginx did not retry a draining replica's 503 on POST, as the README promised."""
+    """Integrity point 15: nginx did not retry a draining replica's 503 on POST, as docs/storage.md promises."""
     base, draining, serving = balanced
     answers = [httpx.post(f"{base}/v1/responses?x=1", json={"input": "hi"}, timeout=10) for _ in range(6)]
     assert [answer.status_code for answer in answers] == [200] * 6

@@ -72,8 +72,8 @@ def create_app(context: ServingContext) -> FastAPI:
     app.add_middleware(BodySizeLimit, max_bytes=context.config.max_body_bytes,
                        uploads=upload_limits(context.config.max_file_bytes))
     open_paths = OPEN_PATHS - {"/metrics"} if context.config.metrics_need_key else OPEN_PATHS
-    app.add_middleware(APIKeyMiddleware, authenticator=context.authenticator, open_paths=open_paths | console.OPEN_PAGES,
-                       open_prefixes=console.OPEN_PREFIXES)
+    app.add_middleware(APIKeyMiddleware, authenticator=context.authenticator,
+                       open_paths=open_paths | console.OPEN_PAGES, open_prefixes=console.OPEN_PREFIXES)
     instrumentation.install(app, context.config.api_process)  # added last, runs first: it sees every answer
     errors.install(app)
     openapi.install(app)

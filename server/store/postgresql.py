@@ -12,8 +12,8 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from server.store.interface import (RUNNING, Interrupt, Order, Replica, ResponseFilter, RetentionPolicy,
-                                    StoreRejected, StoreUnavailable, StoredConversation, StoredResponse, WebhookDelivery,
-                                    webhook_event_id)
+                                    StoreRejected, StoreUnavailable, StoredConversation, StoredResponse,
+                                    WebhookDelivery, webhook_event_id)
 from server.store.migrations import migrations
 from server.store.rows import api_key as _api_key
 from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,

@@ -13,7 +13,8 @@ from dataclasses import astuple
 from typing import Any, Callable, Iterable, TypeVar
 
 from server.store.interface import (RUNNING, Interrupt, Order, Replica, ResponseFilter, RetentionPolicy,
-                                    StoreUnavailable, StoredConversation, StoredResponse, WebhookDelivery, webhook_event_id)
+                                    StoreUnavailable, StoredConversation, StoredResponse, WebhookDelivery,
+                                    webhook_event_id)
 from server.store.migrations import migrations
 from server.store.rows import api_key as _api_key
 from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk, item_rows, last_sequence, page,
