@@ -147,7 +147,7 @@ def test_the_live_charts_move_while_a_load_runs(page: Any, server: RunningServer
             if done.is_set():
                 return
             with server.client.responses.stream(model=MODEL, input="Tell me a long story about a dragon.",
-                                                max_output_tokens=200, extra_body=UNPENALIZED) as stream:
+                                                max_output_tokens=64, extra_body=UNPENALIZED) as stream:
                 stream.until_done()
 
     runner = threading.Thread(target=load)
@@ -182,5 +182,6 @@ def test_every_page_passes_the_accessibility_check(chrome: Any, server: RunningS
             page.goto(f"{origin(server)}/console/#/{name}")
             page.wait_for_selector(ready, state="attached", timeout=WAIT_MS)
             assert serious_violations(page) == [], name
-        page.goto(f"{origin(server)}/docs")
-        page.wait_for_selector(".swagger-ui .opblock", timeout=WAIT_MS)
+        if not dark:  # the API reference renders from the server's own files (its theme is Swagger's own)
+            page.goto(f"{origin(server)}/docs")
+            page.wait_for_selector(".swagger-ui .opblock", timeout=WAIT_MS)

@@ -1,12 +1,12 @@
-// Live: throughput, requests, time to first token and prefix-cache hits of every replica, every 2 s, from each
+// Live: throughput, requests, time to first token and prefix-cache hits of every replica, every second, from each
 // replica's /metrics (read through this server: /v1/replicas/{id}/metrics).
 
 import { call, text } from "./api.js";
 import { errorLine, h } from "./dom.js";
 import { legend, lineChart } from "./charts.js";
 
-const EVERY_MS = 2000;
-const KEEP = 90; // samples on screen: three minutes
+const EVERY_MS = 1000;
+const KEEP = 180; // samples on screen: three minutes
 
 /** The sum of each metric's samples over all its labels, from Prometheus' text format. */
 export function totals(exposition) {
