@@ -35,13 +35,18 @@ async function failure(answer) {
   return new ApiError(answer.status, message);
 }
 
-/** A JSON call: `GET /v1/...` (no body) or a POST/DELETE with a JSON body. */
-export async function call(method, path, body, signal) {
+/** The answer to a request with the key, `body` (if any) as JSON; an ApiError unless it is 2xx. */
+async function fetched(method, path, body, signal) {
   const options = { method, headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }), signal };
   if (body !== undefined) options.body = JSON.stringify(body);
   const answer = await fetch(path, options);
   if (!answer.ok) throw await failure(answer);
-  return answer.json();
+  return answer;
+}
+
+/** A JSON call: `GET /v1/...` (no body) or a POST/DELETE with a JSON body. */
+export async function call(method, path, body, signal) {
+  return (await fetched(method, path, body, signal)).json();
 }
 
 /** Every item of a list route (`/input_items`, a conversation's `/items`), oldest first, 100 a page. */
@@ -59,18 +64,12 @@ export async function allItems(path) {
 
 /** The text of a GET (for /metrics). */
 export async function text(path, signal) {
-  const answer = await fetch(path, { headers: headers(), signal });
-  if (!answer.ok) throw await failure(answer);
-  return answer.text();
+  return (await fetched("GET", path, undefined, signal)).text();
 }
 
 /** Server-sent events of a POST (a body) or a GET (none), each event's JSON, until the stream ends. */
 export async function* events(path, body, signal) {
-  const options = body === undefined
-    ? { method: "GET", headers: headers(), signal }
-    : { method: "POST", headers: headers({ "Content-Type": "application/json" }), body: JSON.stringify(body), signal };
-  const answer = await fetch(path, options);
-  if (!answer.ok) throw await failure(answer);
+  const answer = await fetched(body === undefined ? "GET" : "POST", path, body, signal);
   const reader = answer.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   for (;;) {

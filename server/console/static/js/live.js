@@ -39,7 +39,6 @@ function sample(now, before, seconds) {
     queued: (now.get("vllm:num_requests_waiting") || 0) + (now.get("responses_server_waiting_requests") || 0),
     ttft: ratio(now, before, "responses_server_time_to_first_token_seconds_sum", "responses_server_time_to_first_token_seconds_count"),
     hits: ratio(now, before, "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
-    responses: rate(now, before, "responses_server_responses_total", seconds),
   };
 }
 
