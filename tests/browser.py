@@ -77,6 +77,12 @@ def console_page(browser: Any, origin: str, dark: bool = False, refusals: bool =
     assert not watched.errors, f"console errors: {watched.errors}"
 
 
+def answered(page: Any, turns: int, timeout_ms: int) -> None:
+    """Wait until the playground's `turns`-th answer has ended (its Stop button disabled again)."""
+    page.wait_for_function(f"document.querySelectorAll('#pg-output section.turn').length === {turns} && "
+                           "document.querySelector('#pg-stop').disabled", timeout=timeout_ms)
+
+
 def watch_growth(page: Any, growing: str) -> None:
     """Record each length the text of the element `growing` (a CSS selector) takes while it is drawn."""
     page.evaluate("""(growing) => { window.sizes = new Set(); const main = document.querySelector('main');

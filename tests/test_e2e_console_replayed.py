@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from tests.browser import chromium, console_page, growth_steps, watch_growth
+from tests.browser import answered, chromium, console_page, growth_steps, watch_growth
 from tests.servers import RunningServer
 from tests.test_e2e_codex import write_recordings
 from tests.mcp_servers import serve_gate
@@ -70,8 +70,7 @@ def test_reasoning_streams_into_the_playground_as_its_own_item(chrome: Any, serv
         watch_growth(page, "#pg-output [data-type=reasoning] [data-growing]")
         page.fill("#pg-input", "What is the capital of France?")
         page.click("#pg-send")
-        page.wait_for_function("document.querySelector('#pg-output section.turn') && "
-                               "document.querySelector('#pg-stop').disabled", timeout=120_000)
+        answered(page, 1, 120_000)
         turn = page.locator("#pg-output section.turn").last
         assert [item.get_attribute("data-type") for item in turn.locator("article.item").all()] == \
             ["reasoning", "message"]

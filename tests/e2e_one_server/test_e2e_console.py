@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from tests.browser import chromium, console_page, growth_steps, screenshot, serious_violations, watch_growth
+from tests.browser import answered, chromium, console_page, growth_steps, screenshot, serious_violations, watch_growth
 from tests.mcp_servers import RunningMcp
 from tests.servers import MODEL, UNPENALIZED, RunningServer
 
@@ -40,8 +40,7 @@ def origin(server: RunningServer) -> str:
 def send_and_wait(page: Any, turns: int) -> None:
     """Press Send and wait until the `turns`-th answer has ended (its Stop button disabled again)."""
     page.click("#pg-send")
-    page.wait_for_function(f"document.querySelectorAll('#pg-output section.turn').length === {turns} && "
-                           "document.querySelector('#pg-stop').disabled", timeout=WAIT_MS)
+    answered(page, turns, WAIT_MS)
 
 
 def last_turn(page: Any) -> Any:
@@ -99,8 +98,7 @@ def test_an_mcp_call_is_approved_from_the_page_and_runs(page: Any, server: Runni
     calls_before = sum(headers.get("mcp-method") == "tools/call" for headers in mcp.recorder.headers)
     page.fill("#pg-tool-choice", "auto")  # as a user would: the call is chosen; now let the model answer
     page.click("text=Approve add")
-    page.wait_for_function("document.querySelectorAll('#pg-output section.turn').length === 2 && "
-                           "document.querySelector('#pg-stop').disabled", timeout=WAIT_MS)
+    answered(page, 2, WAIT_MS)
     ran = last_turn(page).locator("article[data-type=mcp_call]").first
     assert ran.locator("pre").last.inner_text().strip() == str(arguments["a"] + arguments["b"])
     assert sum(headers.get("mcp-method") == "tools/call" for headers in mcp.recorder.headers) == calls_before + 1
