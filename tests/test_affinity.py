@@ -18,7 +18,7 @@ from conformance.contract import validate_events
 from server.config import ServerConfig
 from server.http.app import create_app
 from server.http.forwarding import HOP_HEADER
-from server.replicas.homes import rendezvous
+from server.rendezvous import rendezvous
 from server.replicas.registry import ReplicaRegistry
 from server.serving import ServingContext
 from server.store.interface import Replica, StoredConversation

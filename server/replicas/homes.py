@@ -8,10 +8,10 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
-from typing import Iterable, Literal
+from typing import Literal
 
+from server.rendezvous import rendezvous
 from server.replicas.registry import ReplicaRegistry
 from server.requests import ResponsesRequest
 from server.tenancy.project_store import ProjectStore
@@ -43,8 +43,3 @@ async def find_home(body: ResponsesRequest, store: ProjectStore, registry: Repli
         replica = rendezvous(body.prompt_cache_key, registry.live())
         return Home("prompt_cache_key", replica, registry.url_of(replica))
     return None
-
-
-def rendezvous(key: str, replicas: Iterable[str]) -> str:
-    """The replica with the highest hash of (key, replica): the same on every replica that sees the same live set."""
-    return max(replicas, key=lambda replica: hashlib.sha256(f"{key}\0{replica}".encode()).digest())
