@@ -20,7 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server.config import ServerConfig  # noqa: E402
+from server.models.settings import ModelSettings  # noqa: E402
 from server.constraints.rules import output_rules  # noqa: E402
 from server.paths.harmony import HarmonyPath, harmony_encoding  # noqa: E402
 from server.paths.tools import tool_definitions, tool_table  # noqa: E402
@@ -48,7 +48,7 @@ def tokenizer_info() -> Any:
 
 def tags(turns: int) -> list[tuple[str, str]]:
     """(kind, structural tag) per turn: a call with the same tools, then a JSON answer with a schema of its own."""
-    path = HarmonyPath(ServerConfig(served_model_name="gpt-oss"))
+    path = HarmonyPath(ModelSettings(name="gpt-oss"))
     out = []
     for turn in range(turns):
         if turn % 2 == 0:

@@ -70,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "requests_per_minute, tokens_per_minute, concurrent_requests, tokens_per_day; [[keys]] tables: "
                         "name, project, sha256, admin, and limits of their own); keys made by 'responses-server keys "
                         "create' are kept in the store")
+    server.add_argument("--fleet", type=Path, default=None, metavar="FILE",
+                        help="serve the models of a fleet file (TOML [[models]] tables: name, path, engines, and each "
+                        "model's own parsers and defaults) on remote vLLM workers started with `vllm serve MODEL "
+                        "--enable-scale-out`, instead of an engine in this process (see the docs' Fleet page)")
+    server.add_argument("--shared-prefix-cache", dest="isolate_prefix_cache", action="store_false",
+                        help="let every project's requests share the engine's prefix cache (by default each project's "
+                        "requests carry a cache_salt of their own, so one project cannot time another's prompts)")
     server.add_argument("--tool-call-parser", default=None, help="tool-call parser name (vLLM's names)")
     server.add_argument("--keepalive-interval", type=float, default=15.0,
                         help="seconds between SSE keep-alive comments while a stream is idle")
@@ -214,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         sys.exit(keys(argv[1:], data_dir() / "responses.db"))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to an engine worker or MCP server
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -221,8 +229,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     processes = f" from {args.api_server_count} API processes" if args.api_server_count > 1 else ""
-    print(f"[responses-server] serving '{context.config.served_model_name}' on http://{args.host}:{args.port}/v1"
-          f"{processes}", file=sys.stderr, flush=True)
+    names = ", ".join(f"'{start.settings.name}'" for start in context.model_starts) or f"'{context.config.served_model_name}'"
+    print(f"[responses-server] serving {names} on http://{args.host}:{args.port}/v1{processes}", file=sys.stderr,
+          flush=True)
     if args.api_server_count > 1:
         from server.api_processes import serve_api_processes
 

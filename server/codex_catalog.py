@@ -59,9 +59,9 @@ def codex_model_info(model: ServedModel, overrides: dict[str, Any] | None = None
     return {**info, **(overrides or {})}
 
 
-def catalog(model: ServedModel, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Codex's `ModelsResponse`: the one served model."""
-    return {"models": [codex_model_info(model, overrides)]}
+def catalog(models: list[tuple[ServedModel, dict[str, Any]]]) -> dict[str, Any]:
+    """Codex's `ModelsResponse`: every served model, each with the operator's fields for its entry."""
+    return {"models": [codex_model_info(model, overrides) for model, overrides in models]}
 
 
 def read_overrides(path: Path) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from server.attachments.media import MAX_REQUEST_PIXELS
 from server.attachments.work_pool import WorkLimits
+from server.models.settings import ModelSettings
 from server.retrieval.files import DEFAULT_MAX_FILE_BYTES
 from server.tenancy.projects_file import ProjectsFile
 from server.tools.mcp_servers import McpSettings
@@ -15,7 +16,8 @@ from server.webhooks.sender import WebhookSettings
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """What the HTTP layer needs to know, fixed at start-up."""
+    """What the HTTP layer needs to know, fixed at start-up; the model fields are the embedded engine's model's (a
+    fleet's models carry their own: `server/models/fleet_file.py`)."""
 
     served_model_name: str
     api_keys: tuple[str, ...] = ()  # keys of the default project (--api-key); none, nor any other: no key needed
@@ -47,5 +49,14 @@ class ServerConfig:
     input_work: WorkLimits = field(default_factory=WorkLimits)  # PDF text and image decoding: workers, time, memory
     max_request_pixels: int = MAX_REQUEST_PIXELS  # of a request's distinct images, in all
     webhooks: WebhookSettings | None = None  # where background responses' endings are posted (None: nowhere)
+    # Each project's requests carry a cache_salt of their own, so one project cannot time another's prompts through
+    # the engine's prefix cache (False: --shared-prefix-cache, every project shares it, as a common prompt may want)
+    isolate_prefix_cache: bool = True
     forwarding: bool = True  # requests go to the replica that holds their prefix (--no-forwarding: off)
     mcp: McpSettings = field(default_factory=McpSettings)  # MCP servers a request may use, and the bounds of a call
+
+    def model_settings(self) -> ModelSettings:
+        """The embedded engine's model's settings."""
+        return ModelSettings(self.served_model_name, self.reasoning_parser, self.tool_call_parser, self.harmony,
+                             self.default_max_output_tokens, dict(self.sampling_defaults), dict(self.codex_model_info),
+                             self.history_memory_bytes)

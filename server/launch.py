@@ -151,6 +151,39 @@ def open_retrieval(args: argparse.Namespace, context: Any) -> Any:
                           start_engine)
 
 
+def fleet_starts(args: argparse.Namespace) -> tuple[Any, ...]:
+    """The fleet file's models, each started on its remote workers (ValueError for a fleet that cannot be served)."""
+    from server.models.fleet_file import read_fleet_file
+
+    if args.api_server_count > 1:
+        raise ValueError("--fleet runs one API process per gateway: run more gateways instead of --api-server-count")
+    if args.replay_engine_output is not None or args.model is not None:
+        raise ValueError("--fleet serves the fleet file's models: drop --model and --replay-engine-output")
+    fleet = read_fleet_file(args.fleet)
+    memory = args.history_memory_mb * 1024 * 1024
+    return tuple(_fleet_start(model, fleet, memory) for model in fleet.models)
+
+
+def _fleet_start(model: Any, fleet: Any, memory: int) -> Any:
+    from dataclasses import replace
+
+    from server.engine.remote import RemoteEngine
+    from server.engine.workers import WorkerSet
+    from server.models.registry import ModelStart
+
+    check_reasoning_parser(model.settings.reasoning_parser)
+    check_tool_call_parser(model.settings.tool_call_parser)
+
+    def start() -> Any:
+        workers = WorkerSet.of(model.settings.name, model.engines, fleet.max_waiting)
+        engine = RemoteEngine.for_model(model.path, workers, model.max_model_len, fleet.health_seconds)
+        engine.probe_all()
+        engine.watch()
+        return engine
+
+    return ModelStart(replace(model.settings, history_memory_bytes=memory), start)
+
+
 def build_app(args: argparse.Namespace, engine: Any = None, process: int | None = None) -> tuple[Any, Any]:
     """The app and its serving context from parsed flags (raises ValueError for a flag that cannot work).
 
@@ -165,7 +198,11 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
     check_tool_call_parser(args.tool_call_parser)
     if args.api_server_count < 1:
         raise ValueError("--api-server-count must be 1 or more")
-    resolve_model(args)
+    starts = fleet_starts(args) if args.fleet is not None else ()
+    if starts:
+        args.served_model_name = [starts[0].settings.name]
+    else:
+        resolve_model(args)
     try:
         keys = api_keys(args.api_key, args.api_key_file)
     except OSError as exc:
@@ -198,6 +235,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         max_request_pixels=args.max_request_pixels,
         webhooks=webhook_settings(args),
         forwarding=args.forwarding,
+        isolate_prefix_cache=args.isolate_prefix_cache,
         mcp=McpSettings(dict(args.mcp_server), _hosts(args.allowed_mcp_domains), args.mcp_connect_timeout,
                         args.mcp_call_timeout, args.mcp_max_output_bytes, dict(args.tool_server)),
     )
@@ -207,8 +245,8 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
     replica = args.replica_id or f"{socket.gethostname()}:{args.port}"
     background = BackgroundRuns(owner=replica if process is None else f"{replica}/{process}",
                                 lease_seconds=args.lease_seconds)
-    context = ServingContext(config=config, engine_factory=engine or engine_factory(args), store=store,
-                             sealer=sealer, background=background)
+    context = ServingContext(config=config, engine_factory=None if starts else engine or engine_factory(args),
+                             model_starts=starts, store=store, sealer=sealer, background=background)
     context.retrieval = open_retrieval(args, context)
     if store is not None:
         context.replicas = ReplicaRegistry(store, replica, advertise_url(args.advertise_url),

@@ -15,7 +15,9 @@ from server.config import ServerConfig
 from server.constraints.json_grammar import ANY_OBJECT
 from server.constraints.rules import OutputRules
 from server.engine.interface import Engine
+from server.engine.remote import RemoteEngine
 from server.requests import ResponsesRequest
+from server.models.registry import Model, Models, ModelStart
 from server.paths.base import ModelPath
 from server.paths.choice import choose_path
 from server.history.chains import KnownChains
@@ -43,14 +45,18 @@ EngineFactory = Callable[[], Engine]
 
 @dataclass
 class ServingContext:
-    """The per-process objects every request uses; the engine is set once the app has started."""
+    """The per-process objects every request uses; the models (each with its engine) are set once the app has
+    started. `engine_factory` starts the embedded engine of the config's model, unless `model_starts` (a fleet's
+    models) say otherwise."""
 
     config: ServerConfig
-    engine_factory: EngineFactory
+    engine_factory: EngineFactory | None = None
+    model_starts: tuple[ModelStart, ...] = ()
     ids: IdFactory = random_id
     clock: Callable[[], float] = time.time
-    engine: Engine | None = None
-    path: ModelPath | None = None
+    models: Models | None = None
+    engine: Engine | None = None  # the default model's
+    path: ModelPath | None = None  # the default model's
     store: ResponseStore | None = None
     background: BackgroundRuns = field(default_factory=BackgroundRuns)
     pending_saves: PendingSaves = field(default_factory=PendingSaves)
@@ -64,7 +70,6 @@ class ServingContext:
     # Prompts rendered and tokenized off the event loop, one at a time: a long history takes a thread, not every
     # stream of the process (the tokenizer releases the GIL), and a tokenizer is not shared between threads at once.
     renderer: ThreadPoolExecutor = field(init=False)
-    known_prompts: KnownPrompts = field(init=False)  # recent prompts, for the turns extending them
     known_chains: KnownChains = field(init=False)  # recent chains' history, read and validated once
     authenticator: Authenticator = field(init=False)  # who a request comes from (server/tenancy)
     limiter: Limiter = field(init=False)  # each project's limits, and every response's usage (server/tenancy)
@@ -74,7 +79,6 @@ class ServingContext:
         self.work_pool = WorkPool(self.config.input_work)
         self.file_texts = FileTexts(self.work_pool)
         self.renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
-        self.known_prompts = KnownPrompts(self.config.history_memory_bytes)
         self.known_chains = KnownChains(self.config.history_memory_bytes)
         self.authenticator = Authenticator(declared_keys(self.config.api_keys, self.config.projects.keys),
                                            table=self.store, clock=self.clock)
@@ -98,20 +102,22 @@ class ServingContext:
             return None
         return ProjectRetrieval(self.retrieval, store, self.clock)
 
-    def started(self) -> tuple[Engine, ModelPath]:
-        """The engine and the model path, once `start()` has run (the app's lifespan runs it)."""
-        assert self.engine is not None and self.path is not None, "the engine starts with the app"
-        return self.engine, self.path
+    def model(self, name: str | None) -> Model:
+        """The served model a request names (None: the default), once `start()` has run; NotFound for another."""
+        assert self.models is not None, "the models start with the app"
+        return self.models.get(name)
+
+    def served_models(self) -> list[Model]:
+        """Every served model, the default first (none before the app has started)."""
+        return list(self.models) if self.models is not None else []
 
     def input_modalities(self) -> tuple[str, ...]:
-        """What the served model reads (text until the engine has started and said more)."""
+        """What the default model reads (text until the engine has started and said more)."""
         return self.engine.input_modalities if self.engine is not None else ("text",)
 
     def served_model(self) -> ServedModel:
-        """What clients are told of the served model (Codex's catalog is made from it)."""
-        engine, path = self.started()
-        return ServedModel(self.config.served_model_name, engine.max_model_len, engine.input_modalities,
-                           path.reasoning_efforts, self.config.default_max_output_tokens)
+        """What clients are told of the default model (Codex's catalog is made from it)."""
+        return self.model(None).served()
 
     def webhook_sender(self) -> WebhookSender | None:
         """The sender of this process's share of webhook deliveries, when webhooks are configured (with a store)."""
@@ -120,9 +126,26 @@ class ServingContext:
         return WebhookSender(self.config.webhooks, self.store, self.background.owner)
 
     def start(self) -> None:
-        self.engine = self.engine_factory()
-        self.path = choose_path(self.engine, self.config)
-        _warm_up(self.config.served_model_name, self.path)
+        """Starts every model's engine and chooses its path (inside the app's event loop)."""
+        starts = self.model_starts
+        if not starts:
+            assert self.engine_factory is not None, "an engine factory, or a fleet's models"
+            starts = (ModelStart(self.config.model_settings(), self.engine_factory),)
+        self.models = Models([_started(start) for start in starts])
+        self.engine, self.path = self.models.default.engine, self.models.default.path
+
+    async def shutdown_engines(self) -> None:
+        for model in self.served_models():
+            await model.engine.shutdown()
+
+
+def _started(start: ModelStart) -> Model:
+    """A model whose engine has started, its path chosen and warmed up."""
+    engine = start.start_engine()
+    path = choose_path(engine, start.settings)
+    _warm_up(start.settings.name, path)
+    return Model(start.settings, engine, path, KnownPrompts(start.settings.history_memory_bytes),
+                 engine.workers if isinstance(engine, RemoteEngine) else None)
 
 
 def _warm_up(model: str, path: ModelPath) -> None:

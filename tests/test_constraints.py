@@ -19,7 +19,7 @@ from xgrammar.testing import _is_grammar_accept_string as accepts
 from parsers.deltas import ItemEnded, OutputText, ReasoningText, ToolCallArguments, ToolCallStarted, merge_adjacent
 from parsers.harmony import HarmonyParser
 from parsers.registry import TOOL_CALL_PARSERS
-from server.config import ServerConfig
+from server.models.settings import ModelSettings
 from server.constraints.chat import CALL_SYNTAX, GRAMMAR_CALL_LIMIT, chat_structural_tag
 from server.constraints.json_budget import budget_bounds
 from server.constraints.json_grammar import STRING_ESCAPES, STRING_SEGMENT, SchemaError, json_grammar
@@ -230,7 +230,7 @@ def test_a_parser_without_a_grammar_is_a_400_only_when_a_grammar_is_needed() -> 
     class _Tokenizer:
         chat_template = ""
 
-    path = ChatTemplatePath(_Tokenizer(), ServerConfig(served_model_name="m", tool_call_parser="pythonic"))
+    path = ChatTemplatePath(_Tokenizer(), ModelSettings(name="m", tool_call_parser="pythonic"))
     assert path.structural_tag(_rules(tools=[TIME])) is None
     with pytest.raises(RequestError) as caught:
         path.structural_tag(_rules(tools=[TIME], tool_choice="required"))
@@ -301,7 +301,7 @@ HARMONY_CASES = [
                          ids=[c[0] for c in HARMONY_CASES])
 def test_harmony_grammar_constrains_only_the_turns_end(fields: dict[str, Any], completion: str,
                                                        expected: bool) -> None:
-    tag = HarmonyPath(ServerConfig(served_model_name="gpt-oss")).structural_tag(_rules(**fields))
+    tag = HarmonyPath(ModelSettings(name="gpt-oss")).structural_tag(_rules(**fields))
     assert tag is not None
     assert _harmony_run(tag, completion) is expected
 
@@ -348,7 +348,7 @@ def test_a_called_tools_arguments_close_within_the_output_budget(budget: int) ->
 
 @pytest.mark.parametrize("budget", [256, 512])
 def test_a_harmony_calls_arguments_close_within_the_output_budget(budget: int) -> None:
-    tag = HarmonyPath(ServerConfig(served_model_name="gpt-oss")).structural_tag(
+    tag = HarmonyPath(ModelSettings(name="gpt-oss")).structural_tag(
         _budgeted(budget, tools=[TIME], tool_choice="required"))
     assert tag is not None
     header = "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>"
@@ -385,7 +385,7 @@ _ANSWER_HEADER = "<|channel|>final"
 def _json_then_call(compiler: xgrammar.GrammarCompiler, order: tuple[str, str]) -> dict[str, set[int]]:
     """What each of a JSON answer's (a tool offered) and a required call's grammars allows after its header,
     compiled in `order`."""
-    path = HarmonyPath(ServerConfig(served_model_name="gpt-oss"))
+    path = HarmonyPath(ModelSettings(name="gpt-oss"))
     tags = {"json": (path.structural_tag(_rules(text={"format": {"type": "json_schema", "name": "c",
                                                                   "schema": CITY}}, tools=[WEATHER])), _ANSWER_HEADER),
             "call": (path.structural_tag(_rules(tools=[WEATHER], tool_choice="required")), _CALL_HEADER)}
@@ -429,7 +429,7 @@ def test_json_separators_are_compact_or_spaced(text: str, expected: bool) -> Non
 
 
 def test_a_harmony_json_answer_may_be_compact() -> None:
-    tag = HarmonyPath(ServerConfig(served_model_name="gpt-oss")).structural_tag(
+    tag = HarmonyPath(ModelSettings(name="gpt-oss")).structural_tag(
         _rules(text={"format": {"type": "json_schema", "name": "c", "schema": CITY}}))
     assert tag is not None
     assert _harmony_run(tag, '<|channel|>final<|message|>{"name":"Paris","population":2,"area":1.5}<|return|>')
@@ -442,7 +442,7 @@ def test_harmony_reasoning_leaves_the_json_answer_its_budget() -> None:
     budget = 200
     per_message, answer_bytes = budget_shares(budget)
     assert per_message is not None and answer_bytes is not None
-    tag = HarmonyPath(ServerConfig(served_model_name="gpt-oss")).structural_tag(_budgeted(
+    tag = HarmonyPath(ModelSettings(name="gpt-oss")).structural_tag(_budgeted(
         budget, text={"format": {"type": "json_schema", "name": "c", "schema": CITY}}))
     assert tag is not None
     encoding = harmony_encoding()
@@ -480,7 +480,7 @@ ECHO = {"type": "custom", "name": "run", "description": "Runs one echo command."
     ("auto", "echo Hello", False),
 ], ids=["follows the grammar", "off the grammar", "JSON instead of the body", "auto: follows", "auto: off"])
 def test_a_harmony_custom_tools_input_follows_its_grammar(tool_choice: str, body: str, expected: bool) -> None:
-    tag = HarmonyPath(ServerConfig(served_model_name="gpt-oss")).structural_tag(
+    tag = HarmonyPath(ModelSettings(name="gpt-oss")).structural_tag(
         _rules(tools=[ECHO], tool_choice=tool_choice))
     assert tag is not None
     assert _harmony_run(tag, f"<|channel|>commentary to=functions.run<|message|>{body}<|call|>") is expected
@@ -539,7 +539,7 @@ def test_a_free_custom_call_closes_within_the_output_budget() -> None:
     budget = 120
     per_message, _ = budget_shares(budget)
     assert per_message is not None
-    tag = HarmonyPath(ServerConfig(served_model_name="gpt-oss")).structural_tag(
+    tag = HarmonyPath(ModelSettings(name="gpt-oss")).structural_tag(
         _budgeted(budget, tools=[{"type": "custom", "name": "run"}], tool_choice="required"))
     assert tag is not None
     encoding = harmony_encoding()
@@ -591,7 +591,7 @@ def test_chat_reasoning_leaves_the_json_answer_its_budget(tokenizer: Any) -> Non
     from server.paths.chat_template import ChatTemplatePath
 
     budget = 400
-    path = ChatTemplatePath(tokenizer, ServerConfig(served_model_name="m", reasoning_parser="qwen3"))
+    path = ChatTemplatePath(tokenizer, ModelSettings(name="m", reasoning_parser="qwen3"))
     city = {"type": "object", "additionalProperties": False, "required": ["city"],
             "properties": {"city": {"type": "string"}}}
     rules = _budgeted(budget, text={"format": {"type": "json_schema", "name": "c", "schema": city}})
@@ -607,7 +607,7 @@ def test_chat_reasoning_leaves_the_json_answer_its_budget(tokenizer: Any) -> Non
     assert low > 0
     answer = len(json.dumps({"city": "x" * low}).encode())
     assert thinking + REASONING_END_TOKENS + answer <= budget
-    free = ChatTemplatePath(tokenizer, ServerConfig(served_model_name="m"))
+    free = ChatTemplatePath(tokenizer, ModelSettings(name="m"))
     assert free.thinking_budget(rules) is None  # no reasoning parser: no thinking to bound
 
 
@@ -654,7 +654,7 @@ def test_a_json_answer_too_big_for_the_reasoning_shares_still_closes_within_the_
     """City's JSON needs ~110 bytes: under 120 or 160 tokens, the quarter-budget reasoning shares left the answer
     too little room to bound it, and the tiny gpt-oss's answer ran past max_output_tokens, open. The shares
     shrink until the answer can be bounded: a name written as long as the grammar lets it still closes in time."""
-    tag = HarmonyPath(ServerConfig(served_model_name="gpt-oss")).structural_tag(_budgeted(
+    tag = HarmonyPath(ModelSettings(name="gpt-oss")).structural_tag(_budgeted(
         budget, text={"format": {"type": "json_schema", "name": "c", "schema": CITY}}))
     assert tag is not None
     encoding = harmony_encoding()

@@ -15,6 +15,7 @@ import pytest
 from server.http.app import create_app
 from server.serving import ServingContext
 from server.config import ServerConfig
+from server.models.settings import ModelSettings
 from server.paths.harmony import HarmonyPath, harmony_conversation, harmony_encoding
 from server.paths.tools import tool_table
 from server.engine.recording import Recording
@@ -198,7 +199,7 @@ def test_prompt_matches_openai_harmony_rendering(harmony: Harness) -> None:
     encoding = harmony_encoding()
     config = RenderConversationConfig(auto_drop_analysis=True)
     want = encoding.render_conversation_for_completion(expected, Role.ASSISTANT, config=config)
-    got = HarmonyPath(ServerConfig(MODEL, harmony=True), today=today).render(request).token_ids
+    got = HarmonyPath(ModelSettings(MODEL, harmony=True), today=today).render(request).token_ids
     assert got == list(want)
     assert "Call the tool." not in encoding.decode(got)  # reasoning before a final answer is dropped
     assert harmony_conversation(request, today, tool_table(request)).messages[3].channel == "analysis"
@@ -257,10 +258,10 @@ def test_path_is_chosen_once_per_model() -> None:
         model_type = "gpt_oss"
         image_placeholder = None
 
-    assert isinstance(choose_path(Engine(), ServerConfig(MODEL)), HarmonyPath)
+    assert isinstance(choose_path(Engine(), ModelSettings(MODEL)), HarmonyPath)
     Engine.model_type = "llama"
-    assert isinstance(choose_path(Engine(), ServerConfig(MODEL)), ChatTemplatePath)
-    assert isinstance(choose_path(Engine(), ServerConfig(MODEL, harmony=True)), HarmonyPath)
+    assert isinstance(choose_path(Engine(), ModelSettings(MODEL)), ChatTemplatePath)
+    assert isinstance(choose_path(Engine(), ModelSettings(MODEL, harmony=True)), HarmonyPath)
 
 
 def test_previous_response_id_on_the_harmony_path(tmp_path: Path) -> None:
@@ -471,7 +472,7 @@ def test_a_custom_tools_call_is_rendered_as_its_freeform_body() -> None:
         {"role": "user", "content": "Fix it."},
         {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": '*** Begin Patch\n"x"'},
         {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done."}]})
-    path = HarmonyPath(ServerConfig(served_model_name=MODEL), today=datetime.date(2026, 1, 1))
+    path = HarmonyPath(ModelSettings(name=MODEL), today=datetime.date(2026, 1, 1))
     text = harmony_encoding().decode(path.render(request).token_ids)
     assert 'to=functions.apply_patch<|message|>*** Begin Patch\n"x"<|call|>' in text
     assert "Freeform: the message body is the input" in text and "type apply_patch = () => any" in text

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.config import ServerConfig
+from server.models.settings import ModelSettings
 from server.paths.chat_template import ChatTemplateRenderer
 from server.paths.harmony import HarmonyPath, harmony_conversation
 from server.paths.tools import tool_table
@@ -189,7 +189,7 @@ def test_a_harmony_session_renders_as_render_conversation_for_completion(turns: 
                                                                          with_tools: bool) -> None:
     from openai_harmony import RenderConversationConfig, Role
 
-    path = HarmonyPath(ServerConfig(served_model_name="gpt-oss"), today=datetime.date(2026, 11, 27))
+    path = HarmonyPath(ModelSettings(name="gpt-oss"), today=datetime.date(2026, 11, 27))
     encoding = path._encoding
     reused = []
     for items in turns:
@@ -208,7 +208,7 @@ def test_harmony_drops_earlier_analysis_once_a_final_answer_follows() -> None:
     conversation's last assistant message is final, and kept while a call is the last."""
     from openai_harmony import Conversation, Message, RenderConversationConfig, Role
 
-    path = HarmonyPath(ServerConfig(served_model_name="gpt-oss"))
+    path = HarmonyPath(ModelSettings(name="gpt-oss"))
     messages = [Message.from_role_and_content(Role.USER, "q"),
                 Message.from_role_and_content(Role.ASSISTANT, "thinking").with_channel("analysis"),
                 Message.from_role_and_content(Role.ASSISTANT, "answer").with_channel("final")]

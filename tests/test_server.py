@@ -19,6 +19,7 @@ from server.engine.interface import EngineStep, StepLogprob
 from server.history.sealing import Sealer
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
+from tests.scale_out_worker import engine_served
 from tests.helpers import collapsed_types, without_volatile
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.sse import events_of, parse_frames
@@ -66,13 +67,16 @@ class Harness:
 SEALER = Sealer.ephemeral()  # the app's reasoning key, so tests can send back what it sealed
 
 
-@pytest.fixture(scope="module")
-def harness(tokenizer: Any) -> Iterator[Harness]:
+@pytest.fixture(scope="module", params=["in_process", "scale_out"])
+def harness(request: pytest.FixtureRequest, tokenizer: Any) -> Iterator[Harness]:
+    """The app on the scripted engine: in its process, or behind a scale-out worker (tests/scale_out_worker.py)
+    that the server's remote engine drives over HTTP, as it drives vLLM's workers in a fleet."""
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
-    context = ServingContext(config=ServerConfig(served_model_name=MODEL, keepalive_seconds=0.2),
-                             engine_factory=lambda: engine, ids=counting_ids(), sealer=SEALER)
-    with serve_in_thread(create_app(context)) as base_url:
-        yield Harness(engine, base_url)
+    with engine_served(engine, request.param) as start_engine:
+        context = ServingContext(config=ServerConfig(served_model_name=MODEL, keepalive_seconds=0.2),
+                                 engine_factory=start_engine, ids=counting_ids(), sealer=SEALER)
+        with serve_in_thread(create_app(context)) as base_url:
+            yield Harness(engine, base_url)
 
 
 def test_streamed_text_follows_the_contract(harness: Harness, tokenizer: Any) -> None:

@@ -43,6 +43,10 @@ class EngineRequest:
     prompt_token_ids: list[int]
     sampling: SamplingSettings
     images: tuple[Any, ...] = ()  # PIL images, one for each image placeholder in the prompt, in order
+    # The prefix cache's partition: requests share cached prefixes only with requests of the same salt (None: all)
+    cache_salt: str | None = None
+    priority: int = 0  # vLLM's priority scheduling (lower runs first), where the engine runs with it
+    affinity: str | None = None  # what keeps a conversation's turns on one worker of a fleet (its prefix is there)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,10 @@ class Prefilled:
 
     prompt_tokens: int
     cached_tokens: int = 0
+
+
+class EngineUnavailable(Exception):
+    """The engine could not run the request: no worker of the model is up, or the one running it went away."""
 
 
 class Engine(Protocol):

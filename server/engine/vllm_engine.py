@@ -134,7 +134,7 @@ class VllmEngine:
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         params = _sampling_params(request, self.vocab_size)
         first = True
-        async for output in self._llm.generate(_prompt(request), params, request.request_id):
+        async for output in self._llm.generate(_prompt(request), params, request.request_id, priority=request.priority):
             completion = output.outputs[0]
             finish = completion.finish_reason
             yield EngineStep(
@@ -174,6 +174,8 @@ def _prompt(request: EngineRequest) -> Any:
     from vllm.inputs import TokensPrompt
 
     prompt = TokensPrompt(prompt_token_ids=request.prompt_token_ids)
+    if request.cache_salt is not None:
+        prompt["cache_salt"] = request.cache_salt
     if request.images:
         prompt["multi_modal_data"] = {"image": list(request.images)}
     return prompt

@@ -59,19 +59,22 @@ def _stored_item(item: Any, ids: IdFactory) -> dict[str, Any]:
 
 async def with_history(request: ResponsesRequest, store: ProjectStore | None,
                        earlier: Mapping[str, StoredResponse] | None = None,
-                       chains: KnownChains | None = None, project: str = DEFAULT_PROJECT) -> ResponsesRequest:
-    """The request with the stored conversation before it: every earlier input and output, oldest first.
+                       chains: KnownChains | None = None,
+                       project: str = DEFAULT_PROJECT) -> tuple[ResponsesRequest, str | None]:
+    """The request with the stored conversation before it: every earlier input and output, oldest first; and where
+    that history starts, the same for every turn of it: the conversation's id, or the first response of the chain
+    (None: the request continues nothing).
 
     `earlier` holds responses kept outside the store (those made on a WebSocket connection), looked up first.
     `chains`: `project`'s known chains, so that only the responses not seen before are read and validated.
     Instructions are not inherited (as in OpenAI's API): only this request's apply.
     """
     if request.conversation is not None:
-        return await _with_conversation(request, store, chains, project)
+        return await _with_conversation(request, store, chains, project), request.conversation
     if request.previous_response_id is None:
-        return request
+        return request, None
     chain = await _chain(request.previous_response_id, store, earlier or {}, chains, project)
-    return request.model_copy(update={"input": [*chain.items, *request.input_items()]})
+    return request.model_copy(update={"input": [*chain.items, *request.input_items()]}), chain.response_ids[0]
 
 
 async def _chain(response_id: str, store: ProjectStore | None, earlier: Mapping[str, StoredResponse],

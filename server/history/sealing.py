@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -57,6 +58,12 @@ class Sealer:
         nonce = os.urandom(_NONCE)
         sealed = AESGCM(key).encrypt(nonce, json.dumps(payload).encode(), purpose.encode())
         return PREFIX + base64.urlsafe_b64encode(_key_id(key) + nonce + sealed).decode()
+
+    def tag(self, purpose: str, value: str) -> str:
+        """A secret, stable name for `value` (HMAC-SHA256 under the sealing key, URL-safe base64, 43 characters):
+        the same on every replica that shares the key, unguessable without it."""
+        digest = hmac.new(self.keys[0], f"{purpose}\0{value}".encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
     def open(self, purpose: str, value: str) -> dict[str, Any]:
         """The payload sealed in `value` for `purpose` (a copy: opened once, then remembered)."""

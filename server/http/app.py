@@ -60,8 +60,7 @@ def create_app(context: ServingContext) -> FastAPI:
                 await context.retrieval.stop()
             await context.limiter.close()  # the usage of the last responses, written before the store closes
             context.work_pool.close()
-            if context.engine is not None:
-                await context.engine.shutdown()
+            await context.shutdown_engines()
             if context.store is not None:
                 await context.store.close()
 

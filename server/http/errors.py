@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from server.engine.interface import EngineUnavailable
 from server.errors import DependencyFailed, GenerationFailed, NotFound, RequestError, TooLarge, invalid_value
 from server.metrics import CLIENT_ERRORS
 from server.runs.admission import Draining, Overloaded
@@ -71,7 +72,7 @@ def from_request_error(exc: RequestError) -> APIError:
 
 # What `api_error_of` answers for what it is; anything else is a 500, logged with its traceback.
 _KNOWN = (APIError, RequestValidationError, StarletteHTTPException, RequestError, Overloaded, Draining,
-          GenerationFailed, StoreRejected, StoreUnavailable, RateLimited)
+          GenerationFailed, StoreRejected, StoreUnavailable, RateLimited, EngineUnavailable)
 
 
 def unexpected(exc: Exception) -> bool:
@@ -104,6 +105,9 @@ def api_error_of(exc: Exception) -> APIError:
     if isinstance(exc, StoreRejected):
         return APIError("The request holds a value that cannot be stored or looked up (such as a NUL character in an "
                         "id or name).")
+    if isinstance(exc, EngineUnavailable):
+        return APIError(str(exc), status=503, type="server_error", code="engine_unavailable",
+                        headers={"Retry-After": "2"})
     if isinstance(exc, StoreUnavailable):
         return APIError("The response store is unavailable; try again shortly.", status=503, type="server_error",
                         code="store_unavailable", headers={"Retry-After": "5"})

@@ -17,9 +17,11 @@ from server.http.context import caller, serving_context
 from server.http.disconnect import client_gone, while_connected
 from server.http.errors import from_validation_error
 from server.http.event_stream import event_stream
+from server.models.registry import Model
 from server.requests import ResponsesRequest
 from server.runs.prepare import input_token_count, prepare_compaction, prepare_stored_run
 from server.runs.stored_run import StoredRun
+from server.serving import ServingContext
 from streaming.sse import encode_event, stored_frames
 
 router = APIRouter()
@@ -31,13 +33,25 @@ async def health() -> dict[str, str]:
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, Any]:
-    """The OpenAI list; Codex (which asks with `client_version`) gets its own catalog, which tells it the window."""
+    """The OpenAI list of every served model; Codex (which asks with `client_version`) gets its own catalog, which
+    tells it each model's window."""
     context = serving_context(request)
+    models = context.served_models()
     if "client_version" in request.query_params:
-        return codex_catalog(context.served_model(), context.config.codex_model_info)
-    model = {"id": context.config.served_model_name, "object": "model", "created": context.started_at,
-             "owned_by": "responses-server", "input_modalities": list(context.input_modalities())}
-    return {"object": "list", "data": [model]}
+        return codex_catalog([(model.served(), model.settings.codex_model_info) for model in models])
+    return {"object": "list", "data": [_model_object(context, model) for model in models]}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def retrieve_model(request: Request, model_id: str) -> dict[str, Any]:
+    """One served model as OpenAI answers it (`client.models.retrieve`); 404 `model_not_found` for another."""
+    context = serving_context(request)
+    return _model_object(context, context.model(model_id))
+
+
+def _model_object(context: ServingContext, model: Model) -> dict[str, Any]:
+    return {"id": model.name, "object": "model", "created": context.started_at, "owned_by": "responses-server",
+            "input_modalities": list(model.engine.input_modalities)}
 
 
 @router.post("/v1/responses")

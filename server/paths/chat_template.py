@@ -16,7 +16,7 @@ from parsers.registry import (
     ToolParserFactory,
     make_chat_parser,
 )
-from server.config import ServerConfig
+from server.models.settings import ModelSettings
 from server.constraints.chat import CALL_SYNTAX, chat_structural_tag, custom_arguments_grammar, thinking_shares
 from server.constraints.closing import GrammarClosing, grammar_closing
 from server.constraints.rules import OutputRules
@@ -34,7 +34,7 @@ class ChatTemplatePath:
 
     reasoning_efforts: tuple[str, ...] = ()  # a template may read `reasoning_effort`; none promises to
 
-    def __init__(self, tokenizer: Any, config: ServerConfig, image_placeholder: str | None = None) -> None:
+    def __init__(self, tokenizer: Any, config: ModelSettings, image_placeholder: str | None = None) -> None:
         self._tokenizer = tokenizer
         self._config = config
         self._renderer = ChatTemplateRenderer(tokenizer, image_placeholder)

@@ -9,7 +9,7 @@ from typing import Any
 from parsers.base import OutputParser
 from parsers.harmony import BUILTIN_KINDS, FUNCTIONS_PREFIX, HOSTED_KINDS, HarmonyParser, HarmonyTokens, recipient
 from parsers.tools import ToolTable
-from server.config import ServerConfig
+from server.models.settings import ModelSettings
 from server.constraints.closing import GrammarClosing, grammar_closing
 from server.constraints.harmony import harmony_structural_tag
 from server.constraints.rules import OutputRules
@@ -46,7 +46,7 @@ class HarmonyPath:
 
     reasoning_efforts = ("low", "medium", "high")  # harmony's system message says which
 
-    def __init__(self, config: ServerConfig, today: datetime.date | None = None) -> None:
+    def __init__(self, config: ModelSettings, today: datetime.date | None = None) -> None:
         self._config = config
         self._encoding = harmony_encoding()
         self._today = today

@@ -7,28 +7,29 @@ from functools import partial
 
 from server.history.truncation import render_to_fit
 from server.metrics import PROMPT_RENDERS, PROMPT_TOKENS
+from server.models.registry import Model
 from server.paths.base import RenderedPrompt
 from server.prompts.known import PromptKeys
 from server.requests import ResponsesRequest
 from server.serving import ServingContext
 
 
-async def rendered_prompt(context: ServingContext, conversation: ResponsesRequest,
+async def rendered_prompt(context: ServingContext, model: Model, conversation: ResponsesRequest,
                           keys: PromptKeys | None) -> RenderedPrompt:
-    """The conversation's prompt, fitted to the context (truncation), rendered in the render thread; the tokens of
-    the prompt its keys find are reused where the render repeats it."""
-    engine, path = context.started()
-    known = context.known_prompts.find(keys.finding()) if keys is not None else None
+    """The conversation's prompt for `model`, fitted to its context (truncation), rendered in the render thread; the
+    tokens of the prompt its keys find (of this model) are reused where the render repeats it."""
+    known = model.known_prompts.find(keys.finding()) if keys is not None else None
     rendered = await asyncio.get_running_loop().run_in_executor(
-        context.renderer, render_to_fit, partial(path.render, known=known), conversation, engine.max_model_len)
+        context.renderer, render_to_fit, partial(model.path.render, known=known), conversation,
+        model.engine.max_model_len)
     PROMPT_RENDERS.labels(rendered.outcome).inc()
     PROMPT_TOKENS.labels("reused").inc(rendered.reused_tokens)
     PROMPT_TOKENS.labels("tokenized").inc(len(rendered.token_ids) - rendered.reused_tokens)
     return rendered
 
 
-def remember_prompt(context: ServingContext, keys: PromptKeys | None, response_id: str,
-                    rendered: RenderedPrompt) -> None:
-    """Files the prompt for the turns that will extend it (the path keeps none itself: the chat template's)."""
+def remember_prompt(model: Model, keys: PromptKeys | None, response_id: str, rendered: RenderedPrompt) -> None:
+    """Files the prompt for the turns of `model` that will extend it (the path keeps none itself: the chat
+    template's)."""
     if keys is not None and rendered.known is not None:
-        context.known_prompts.keep(keys.keeping(response_id), rendered.known)
+        model.known_prompts.keep(keys.keeping(response_id), rendered.known)

@@ -14,7 +14,7 @@ from parsers.base import OutputParser
 from parsers.decoder import IncrementalDecoder
 from parsers.deltas import ItemEnded, OutputText, TokenLogprob, ToolCallStarted
 from server.constraints.closing import GrammarClosing
-from server.engine.interface import Engine, EngineRequest, EngineStep, StepLogprob
+from server.engine.interface import Engine, EngineRequest, EngineStep, EngineUnavailable, StepLogprob
 from server.errors import GenerationFailed, RequestError
 from server.runs.admission import Slot
 from server.tenancy.limiter import Ticket
@@ -374,6 +374,9 @@ class ResponseRun:
             if self.parser.error is None and self.builder.error is None and not cut and not steered:
                 for event in self.builder.feed(self.parser.finish()):
                     yield event
+        except EngineUnavailable as exc:  # its worker went away, or none is up: the client is told so, to retry
+            logger.warning("response %s failed: %s", self.builder.response_id, exc)
+            finished = Finished("error", error_message=str(exc))
         except Exception:  # the engine or a parser failed mid-stream: end as response.failed
             logger.exception("response %s failed", self.builder.response_id)
             finished = Finished("error", error_message=GENERATION_FAILED)  # the log has the details

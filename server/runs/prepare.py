@@ -13,20 +13,22 @@ from openai.types.responses import Response, ResponseCompactionItem, ResponseOut
 
 from server.history.codex_items import rendered_codex_items, without_image_tool
 from server.history.compaction import compacted_response, summary_request
-from server.config import ServerConfig
 from server.constraints.rules import OutputRules, check_schemas, output_rules
 from server.history.conversation import since_last_compaction, stored_input_items, validated_items, with_history
 from server.engine.interface import PENALTIES, SAMPLING_KEYS, EngineRequest, SamplingSettings
-from server.errors import DependencyFailed, GenerationFailed, NotFound, RequestError
+from server.errors import DependencyFailed, GenerationFailed, RequestError
 from server.attachments.files import read_files
 from server.retrieval.files import file_loader
 from server.attachments.media import checked_images, decoded_images
 from server.attachments.media_fetch import fetch_images
+from server.models.registry import Model
+from server.models.settings import ModelSettings
 from server.paths.base import ModelPath, RenderedPrompt
 from server.paths.tools import tool_definitions
 from server.requests import CompactionItem, ResponsesRequest
 from server.runs.echoed_settings import response_settings
 from server.runs.generation import ApprovedCall, Continuation, ResponseRun
+from server.runs.placement import Placement, placement
 from server.tools.file_search import FileSearch, file_search_tool
 from server.tools.hosted import HostedTools, hosted_tools
 from server.runs.stored_run import ConversationLink, StoredRun
@@ -51,17 +53,19 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest, ca
 
     `earlier`: the responses of a WebSocket connection, where `previous_response_id` is looked up first and this
     one is kept when it ends. `generate` False: it completes with no output, as a warm-up."""
-    async with _limited(context, caller) as ticket:
+    model = context.model(body.model)  # an unknown model is a 404, and one whose workers are all down a 503, first
+    model.check_up()
+    async with _limited(context, caller, model) as ticket:
         stored = await _stored_run(context, body, caller.project, earlier, generate)
         stored.run.ticket = ticket
         return stored
 
 
 @asynccontextmanager
-async def _limited(context: ServingContext, caller: Caller) -> AsyncIterator[Ticket]:
+async def _limited(context: ServingContext, caller: Caller, model: Model) -> AsyncIterator[Ticket]:
     """The caller's ticket under its project's and key's limits, taken first (a project past a limit costs the
     server no preparation, so it does not slow another); given back if the preparation fails."""
-    ticket = await context.limiter.admit(caller, context.config.served_model_name)
+    ticket = await context.limiter.admit(caller, model.name)
     try:
         yield ticket
     except BaseException:
@@ -76,7 +80,7 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, project: 
     if body.background and store is None:
         raise RequestError("Background responses must be stored (store: true, and a server with a store).",
                            param="background")
-    conversation = await conversation_of(context, body, project, earlier)
+    conversation, history_start = await conversation_of(context, body, project, earlier)
     hosted = await hosted_tools(conversation, body, context.config.mcp, await _file_search(context, body, project))
     unavailable = hosted.unavailable
     if unavailable is not None and not (body.stream or body.background or earlier is not None):
@@ -84,16 +88,18 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, project: 
     fetched = await images_fetched(context, conversation, body)
     compacting = body.asks_compaction()  # the response is one compaction item (the run is never generated from)
     keys = prompt_keys(body, project, continuable=store is not None or earlier is not None)
-    run, overflowed = await _first_run(context, conversation, body, fetched, hosted, compacting, keys)
-    loop = HostedLoop(context, hosted, conversation, body, fetched, keys) if hosted.runs_tools else None
+    placed = _placement(context, body, project, history_start)
+    run, overflowed = await _first_run(context, conversation, body, fetched, hosted, compacting, keys, placed)
+    placed = Placement(placed.cache_salt, placed.priority, run.request.affinity)  # every pass where the first ran
+    loop = HostedLoop(context, hosted, conversation, body, fetched, keys, placed) if hosted.runs_tools else None
     run.hosted = loop
-    engine, _ = context.started()
+    engine = context.model(body.model).engine
     if run.request.images and not compacting:
         check_expanded_fits(await engine.prompt_length(run.request), engine.max_model_len)
     run.generate = generate and not compacting
     threshold = body.compact_threshold(engine.max_model_len)
     if compacting or overflowed or (threshold is not None and len(run.request.prompt_token_ids) > threshold):
-        run.before = _compacting(context, conversation, body, fetched, hosted, loop, keys)
+        run.before = _compacting(context, conversation, body, fetched, hosted, loop, keys, placed)
     link = ConversationLink(project_store, body.conversation) if body.conversation and project_store else None
     keep_items = store is not None or link is not None or earlier is not None
     input_items = stored_input_items(body, context.ids) if keep_items else []
@@ -107,6 +113,11 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, project: 
                      kept_in=earlier, replica=context.replicas.replica_id if context.replicas else None)
 
 
+def _placement(context: ServingContext, body: ResponsesRequest, project: str,
+               history_start: str | None) -> Placement:
+    return placement(body, project, history_start, context.sealer, context.config.isolate_prefix_cache)
+
+
 async def _file_search(context: ServingContext, body: ResponsesRequest, project: str) -> FileSearch | None:
     """The request's file_search tool, on the project's vector stores (checked: 400s, 404s)."""
     return await file_search_tool(body.tools, body.include, context.project_retrieval(project))
@@ -114,36 +125,35 @@ async def _file_search(context: ServingContext, body: ResponsesRequest, project:
 
 async def _first_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
                      fetched: Mapping[str, bytes], hosted: HostedTools, compacting: bool,
-                     keys: PromptKeys) -> tuple[ResponseRun, bool]:
+                     keys: PromptKeys, placed: Placement) -> tuple[ResponseRun, bool]:
     """The run as asked, and whether the conversation overflowed the context and is to be compacted first
     (`--compact-on-overflow`, truncation unset). A run to be compacted first is rendered with truncation "auto": it
     stands in until the compacted one replaces it."""
     stand_in = conversation.model_copy(update={"truncation": "auto"})
     if compacting:
-        return await prepare_run(context, stand_in, body, fetched, hosted, keys=keys), False
+        return await prepare_run(context, stand_in, body, fetched, hosted, keys=keys, placed=placed), False
     try:
-        return await prepare_run(context, conversation, body, fetched, hosted, keys=keys), False
+        return await prepare_run(context, conversation, body, fetched, hosted, keys=keys, placed=placed), False
     except RequestError as error:
         if not (error.code == "context_length_exceeded" and body.truncation is None
                 and context.config.compact_on_overflow):
             raise
         overflow = error
     try:
-        return await prepare_run(context, stand_in, body, fetched, hosted, keys=keys), True
+        return await prepare_run(context, stand_in, body, fetched, hosted, keys=keys, placed=placed), True
     except RequestError:
         raise overflow from None  # not even the newest items fit: the summary would not either
 
 
 async def input_token_count(context: ServingContext, body: ResponsesRequest, project: str) -> int:
     """The `usage.input_tokens` a response to `body` by `project` would report: its run is prepared, not started."""
-    conversation = await conversation_of(context, body, project)
+    conversation, _ = await conversation_of(context, body, project)
     hosted = await hosted_tools(conversation, body, context.config.mcp, await _file_search(context, body, project))
     if hosted.unavailable is not None:
         raise DependencyFailed(hosted.unavailable.error or "", param="tools")
     run = await prepare_run(context, conversation, body, await images_fetched(context, conversation, body), hosted,
                             keys=prompt_keys(body, project, continuable=False))
-    engine, _ = context.started()
-    return await engine.prompt_length(run.request)
+    return await context.model(body.model).engine.prompt_length(run.request)
 
 
 @dataclass
@@ -164,8 +174,8 @@ class CompactionRun:
         if summary.status not in ("completed", "incomplete"):
             message = summary.error.message if summary.error else "the summary could not be generated"
             raise GenerationFailed(f"Compaction failed: {message}.")
-        engine, _ = context.started()
-        return compacted_response(summary, conversation, context.sealer, context.ids, engine.max_model_len)
+        window = context.model(conversation.model).engine.max_model_len
+        return compacted_response(summary, conversation, context.sealer, context.ids, window)
 
 
 async def prepare_compaction(context: ServingContext, body: ResponsesRequest, caller: Caller) -> CompactionRun:
@@ -173,40 +183,42 @@ async def prepare_compaction(context: ServingContext, body: ResponsesRequest, ca
     limit and its project's limits."""
     if body.model is None:
         raise RequestError("model is required.", param="model")
-    async with _limited(context, caller) as ticket:
-        conversation = await conversation_of(context, body, caller.project)
+    model = context.model(body.model)
+    model.check_up()
+    async with _limited(context, caller, model) as ticket:
+        conversation, history_start = await conversation_of(context, body, caller.project)
         if not conversation.input_items():
             raise RequestError("There is nothing to compact: give input or previous_response_id.", param="input")
         summarizing = summary_request(conversation)
         run = await prepare_run(context, summarizing, summarizing,
-                                await images_fetched(context, summarizing, summarizing))
+                                await images_fetched(context, summarizing, summarizing),
+                                placed=_placement(context, body, caller.project, history_start))
         run.slot = await context.admission.admit_within(context.config.admission_wait_seconds)
         run.ticket = ticket
         return CompactionRun(StoredRun(run, None, keep_event_log=False), conversation, context)
 
 
 async def conversation_of(context: ServingContext, body: ResponsesRequest, project: str,
-                          earlier: Mapping[str, StoredResponse] | None = None) -> ResponsesRequest:
+                          earlier: Mapping[str, StoredResponse] | None = None) -> tuple[ResponsesRequest, str | None]:
     """The request with its stored history before it (from its last compaction on; `project`'s only) and sealed
-    items opened: what the model sees."""
+    items opened: what the model sees; and where its history starts (`with_history`)."""
     store = context.project_store(project)
-    history = since_last_compaction(rendered_codex_items(await with_history(body, store, earlier,
-                                                                            context.known_chains, project)))
-    conversation = open_sealed_items(history, context.sealer)
+    history, start = await with_history(body, store, earlier, context.known_chains, project)
+    conversation = open_sealed_items(since_last_compaction(rendered_codex_items(history)), context.sealer)
     await read_files(conversation, body, context.file_texts, file_loader(store))
-    return conversation
+    return conversation, start
 
 
 def _compacting(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
                 fetched: Mapping[str, bytes], hosted: HostedTools, loop: HostedLoop | None,
-                keys: PromptKeys) -> Callable[[], Awaitable[Continuation]]:
+                keys: PromptKeys, placed: Placement) -> Callable[[], Awaitable[Continuation]]:
     """The step before an automatically compacted response's answer: the model summarizes the conversation, as for
     `POST /v1/responses/compact`, and the answer comes from the compaction item alone (as do the passes after
     hosted calls, through `loop`)."""
 
     async def compact() -> Continuation:
         summarizing = summary_request(conversation)
-        summary = await prepare_run(context, summarizing, summarizing, fetched)
+        summary = await prepare_run(context, summarizing, summarizing, fetched, placed=placed)
         async for _ in summary.events():
             pass
         result = CompactionRun.from_summary(summary.response(), conversation, context)
@@ -218,7 +230,8 @@ def _compacting(context: ServingContext, conversation: ResponsesRequest, body: R
                          file_loader(context.project_store(keys.project)))
         if loop is not None:
             loop.conversation = compacted
-        return Continuation(item, await prepare_run(context, compacted, body, fetched, hosted, keys=keys),
+        return Continuation(item, await prepare_run(context, compacted, body, fetched, hosted, keys=keys,
+                                                    placed=placed),
                             _usage(summary.response()))
 
     return compact
@@ -236,8 +249,7 @@ async def images_fetched(context: ServingContext, conversation: ResponsesRequest
                          body: ResponsesRequest) -> dict[str, bytes]:
     """The conversation's image URLs fetched, where the operator allows (nothing is fetched for a model that does
     not see: its request is refused)."""
-    engine, _ = context.started()
-    if "image" not in engine.input_modalities:
+    if "image" not in context.model(body.model).engine.input_modalities:
         return {}
     params = {part.image_url: param for param, part in body.content_parts() if part.is_image()}
     urls = [(params.get(part.image_url, "previous_response_id"), part.image_url)
@@ -247,29 +259,27 @@ async def images_fetched(context: ServingContext, conversation: ResponsesRequest
 
 async def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
                       fetched: Mapping[str, bytes] = MappingProxyType({}),
-                      hosted: HostedTools | None = None, spent: int = 0, keys: PromptKeys | None = None) -> ResponseRun:
+                      hosted: HostedTools | None = None, spent: int = 0, keys: PromptKeys | None = None,
+                      placed: Placement = Placement()) -> ResponseRun:
     """The run for `conversation` (the request with its history), echoing `body` (the request as sent), with the
     bytes of its image URLs `fetched`; its MCP servers' tools offered as `hosted` lists them (none: not offered).
     `spent`: the output tokens earlier passes of the response took from its `max_output_tokens`. `keys`: where its
-    prompt finds the known prompt it extends, and is kept for the next turn."""
-    served = context.config.served_model_name
-    if body.model is not None and body.model != served:
-        raise NotFound(f"The model '{body.model}' does not exist; this server serves '{served}'.",
-                       param="model", code="model_not_found")
+    prompt finds the known prompt it extends, and is kept for the next turn. `placed`: where the engine runs it."""
+    model = context.model(body.model)
     if not conversation.input_items():
         raise RequestError("input must not be empty (unless previous_response_id continues a conversation).",
                            param="input")
     conversation = (hosted or HostedTools(context.config.mcp)).view(conversation)
-    engine, path = context.started()
+    engine, path = model.engine, model.path
     conversation = without_image_tool(conversation, engine.input_modalities)
     params = checked_images(body, engine.input_modalities, fetched)  # before rendering: a bad image names its part
     await asyncio.to_thread(check_schemas, conversation)  # before rendering, which writes them out; off the loop
-    rendered = await rendered_prompt(context, conversation, keys)
+    rendered = await rendered_prompt(context, model, conversation, keys)
     images = await decoded_images(rendered.images, params, context.work_pool, fetched,
                                   context.config.max_request_pixels)  # those the prompt kept
     prompt = rendered.token_ids
     room = engine.max_model_len - len(prompt)
-    cap = body.max_output_tokens or context.config.default_max_output_tokens
+    cap = body.max_output_tokens or model.settings.default_max_output_tokens
     max_tokens = min(cap - spent if cap else room, room)
     rules, structural_tag = await asyncio.to_thread(_constraints, path, conversation, rendered, max_tokens)
     logprobs = (body.top_logprobs or 0) if body.wants_logprobs() else None
@@ -280,17 +290,18 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
         logprobs=logprobs,
         structural_tag=structural_tag,
         thinking_token_budget=path.thinking_budget(rules),
-        **sampling_values(body, {**engine.sampling_defaults, **serving_defaults(context.config, structural_tag)}),
+        **sampling_values(body, {**engine.sampling_defaults, **serving_defaults(model.settings, structural_tag)}),
     )
-    settings = response_settings(body, served, sampling, cap)
+    settings = response_settings(body, model.name, sampling, cap)
     seal = reasoning_sealer(context.sealer) if body.wants_encrypted_reasoning() else None
     builder = ResponseBuilder(settings, ids=context.ids, clock=context.clock, seal_reasoning=seal,
                               summarize_reasoning=body.wants_reasoning_summary())
     parser = path.new_parser(rendered)
-    remember_prompt(context, keys, builder.response_id, rendered)
+    remember_prompt(model, keys, builder.response_id, rendered)
     return ResponseRun(
         engine=engine,
-        request=EngineRequest(builder.response_id, prompt, sampling, images),
+        request=EngineRequest(builder.response_id, prompt, sampling, images, cache_salt=placed.cache_salt,
+                              priority=placed.priority, affinity=placed.affinity or builder.response_id),
         parser=parser,
         decoder=path.new_decoder(),
         builder=builder,
@@ -314,6 +325,7 @@ class HostedLoop:
     body: ResponsesRequest
     fetched: Mapping[str, bytes]
     keys: PromptKeys | None = None  # where the passes find the prompt they extend
+    placed: Placement = Placement()  # where the engine runs them: where the first pass ran
     passes: int = 1
 
     def listings(self) -> list[ListedTools]:
@@ -328,7 +340,7 @@ class HostedLoop:
     async def next_pass(self, output: list[ResponseOutputItem], output_tokens: int) -> ResponseRun | None:
         """The next pass: tools are free again, within what is left of `max_tool_calls`, of the passes and of the
         output budget (None: it is spent)."""
-        cap = self.body.max_output_tokens or self.context.config.default_max_output_tokens
+        cap = self.body.max_output_tokens or self.context.model(self.body.model).settings.default_max_output_tokens
         if cap is not None and output_tokens >= cap:
             return None
         self.passes += 1
@@ -339,7 +351,7 @@ class HostedLoop:
             [item.model_dump(mode="json", exclude_none=True) for item in output if item.type != "compaction"])
         update = {"input": items, "tool_choice": "none" if last else "auto", "max_tool_calls": None if last else left}
         return await prepare_run(self.context, self.conversation.model_copy(update=update), self.body, self.fetched,
-                                 self.tools, spent=output_tokens, keys=self.keys)
+                                 self.tools, spent=output_tokens, keys=self.keys, placed=self.placed)
 
 
 def prompt_keys(body: ResponsesRequest, project: str, continuable: bool) -> PromptKeys:
@@ -355,7 +367,7 @@ def _constraints(path: ModelPath, conversation: ResponsesRequest, rendered: Rend
     return rules, path.structural_tag(rules)
 
 
-def serving_defaults(config: ServerConfig, structural_tag: str | None) -> dict[str, float]:
+def serving_defaults(config: ModelSettings, structural_tag: str | None) -> dict[str, float]:
     """The server's sampling defaults (--sampling-defaults) for one output: a grammar's (JSON, a forced call) is
     sampled without their penalties, as JSON repeats its quotes and commas by nature (a penalty on them made the
     bundled model's forced python call run on until its budget)."""

@@ -1,0 +1,193 @@
+"""The engine of a fleet model: vLLM scale-out workers (`vllm serve MODEL --enable-scale-out`) driven over HTTP.
+
+The gateway renders, tokenizes and parses as for the engine in its process; a worker only generates: token ids in,
+token ids out. The model's tokenizer, config and generation defaults are read from its `path` on the gateway.
+A worker that cannot be reached is marked down (its streams end as failed responses, new turns go to its peers)
+and used again once its /health answers; closing a request's steps aborts it on its worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from contextlib import suppress
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import httpx
+
+from server.engine.interface import EngineRequest, EngineStep, EngineUnavailable, Prefilled
+from server.engine.scale_out import ABORT_PATH, GENERATE_PATH, ChunkReader, WorkerError, generate_body
+from server.engine.workers import Worker, WorkerSet
+
+logger = logging.getLogger(__name__)
+CONNECT_SECONDS = 2.0  # a worker that does not accept a connection within this is down
+PROBE_SECONDS = 2.0  # /health, /metrics and /v1/models must answer within this
+ENGINE_ID_PREFIX = "generate-tokens-"  # the worker's name for a request it was sent as `request_id`
+WORKER_LOST = "The engine worker running this response stopped answering; send the request again."
+
+
+class WorkerMismatch(ValueError):
+    """A worker serves another model than the fleet file says: the gateway refuses to start."""
+
+
+class RemoteEngine:
+    """Streams token-id steps from the model's workers; closing the iterator aborts the request on its worker."""
+
+    def __init__(self, workers: WorkerSet, tokenizer: Any, model_type: str | None = None,
+                 sampling_defaults: dict[str, float] | None = None, max_model_len: int | None = None,
+                 config_window: int | None = None, health_seconds: float = 2.0) -> None:
+        """`max_model_len`: the operator's window (None: the smallest its workers report, else `config_window`)."""
+        self.workers = workers
+        self.tokenizer = tokenizer
+        self.model_type = model_type
+        self.sampling_defaults = dict(sampling_defaults or {})
+        self.input_modalities: tuple[str, ...] = ("text",)  # images are not sent to workers (yet)
+        self.image_placeholder: str | None = None
+        self._declared_window = max_model_len
+        self._config_window = config_window
+        self._health_seconds = health_seconds
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=CONNECT_SECONDS),
+                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        self._watching: asyncio.Task[None] | None = None
+        self._aborts: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def for_model(cls, path: str, workers: WorkerSet, max_model_len: int | None = None,
+                  health_seconds: float = 2.0) -> "RemoteEngine":
+        """The engine of the model whose tokenizer, config and generation defaults are at `path` on the gateway."""
+        from server.engine.vllm_engine import load_tokenizer, model_sampling_defaults
+
+        config = _model_config(path)
+        return cls(workers, load_tokenizer(path), config.get("model_type"), model_sampling_defaults(path),
+                   max_model_len, config.get("max_position_embeddings"), health_seconds)
+
+    @property
+    def max_model_len(self) -> int:
+        """The window: the fleet file's, else the smallest its workers report, else the model config's."""
+        if self._declared_window is not None:
+            return self._declared_window
+        windows = [worker.max_model_len for worker in self.workers.workers if worker.max_model_len]
+        return min(windows) if windows else int(self._config_window or 2048)
+
+    def probe_all(self) -> None:
+        """At start (blocking, before serving): each worker checked once. One serving another model refuses the
+        start (WorkerMismatch); one that cannot be reached is reported and watched until it comes up."""
+        with httpx.Client(timeout=PROBE_SECONDS) as client:
+            for worker in self.workers.workers:
+                try:
+                    _check_served(worker, client.get(f"{worker.url}/v1/models").json(), self.workers.model)
+                    worker.came_up()
+                except httpx.HTTPError as exc:
+                    worker.went_down(f"not reachable at start ({exc.__class__.__name__}); retried every "
+                                     f"{self._health_seconds:g} s")
+                except ValueError as exc:
+                    if isinstance(exc, WorkerMismatch):
+                        raise
+                    worker.went_down(f"its /v1/models answer is not vLLM's: {exc}")
+
+    def watch(self) -> None:
+        """Starts reading each worker's health and load every `health_seconds` (inside the running event loop)."""
+        if self._watching is None:
+            self._watching = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.gather(*(self._probe(worker) for worker in self.workers.workers))
+            await asyncio.sleep(self._health_seconds)
+
+    async def _probe(self, worker: Worker) -> None:
+        """One look at a worker: down unless /health answers 200; its waiting requests from /metrics; a worker that
+        comes back is checked to serve the model still."""
+        try:
+            health = await self._client.get(f"{worker.url}/health", timeout=PROBE_SECONDS)
+            if health.status_code != 200:
+                worker.went_down(f"/health answered {health.status_code}")
+                return
+            if not worker.up:
+                models = await self._client.get(f"{worker.url}/v1/models", timeout=PROBE_SECONDS)
+                _check_served(worker, models.json(), self.workers.model)
+            metrics = await self._client.get(f"{worker.url}/metrics", timeout=PROBE_SECONDS)
+            if metrics.status_code == 200:
+                self.workers.update_waiting(worker, metrics.text)
+            worker.came_up()
+        except (httpx.HTTPError, ValueError) as exc:
+            worker.went_down(str(exc) or exc.__class__.__name__)
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
+        worker = self.workers.choose(request.affinity)
+        reader = ChunkReader(top_logprobs=request.sampling.logprobs or 0)
+        worker.running += 1
+        try:
+            async with self._client.stream("POST", worker.url + GENERATE_PATH, json=generate_body(request)) as answer:
+                if answer.status_code != 200:
+                    raise WorkerError(f"worker {worker.url} answered {answer.status_code}: "
+                                      f"{(await answer.aread())[:500].decode(errors='replace')}")
+                async for line in answer.aiter_lines():
+                    if line.startswith("data: "):
+                        for step in reader.read(line[6:]):
+                            yield step
+                        if reader.done:
+                            return
+            for step in reader.flush():
+                yield step
+            raise EngineUnavailable(WORKER_LOST)  # the stream ended before the worker said it was done
+        except httpx.TransportError as exc:
+            worker.went_down(f"{exc.__class__.__name__} during a request")
+            raise EngineUnavailable(WORKER_LOST) from exc
+        finally:
+            worker.running -= 1
+            if not reader.done:
+                self._abort(worker, request.request_id)
+
+    def _abort(self, worker: Worker, request_id: str) -> None:
+        """Tells the worker to abort a request it may still run (closing the connection aborts it too, but a router
+        between may keep its own open)."""
+        async def abort() -> None:
+            with suppress(httpx.HTTPError):
+                await self._client.post(worker.url + ABORT_PATH, json={"request_ids": [ENGINE_ID_PREFIX + request_id]},
+                                        timeout=PROBE_SECONDS)
+
+        task = asyncio.get_running_loop().create_task(abort())
+        self._aborts.add(task)
+        task.add_done_callback(self._aborts.discard)
+
+    async def prefill(self, request: EngineRequest) -> Prefilled:
+        """The prompt is computed as for generation, on the worker the request's turn goes to; the one token
+        sampled is dropped."""
+        sampling = replace(request.sampling, max_tokens=1, logprobs=None, structural_tag=None, thinking_token_budget=None)
+        prompt_tokens, cached = len(request.prompt_token_ids), 0
+        steps = self.generate(replace(request, sampling=sampling))
+        try:
+            async for step in steps:
+                prompt_tokens, cached = step.prompt_tokens or prompt_tokens, max(cached, step.cached_tokens)
+        finally:
+            await steps.aclose()
+        return Prefilled(prompt_tokens, cached)
+
+    async def prompt_length(self, request: EngineRequest) -> int:
+        return len(request.prompt_token_ids)
+
+    async def shutdown(self) -> None:
+        if self._watching is not None:
+            self._watching.cancel()
+        await self._client.aclose()
+
+
+def _check_served(worker: Worker, models: Any, model: str) -> None:
+    """The worker's /v1/models answer names `model` (WorkerMismatch naming both otherwise); its window is noted."""
+    served = {entry.get("id"): entry for entry in models.get("data", []) if isinstance(entry, dict)}
+    if model not in served:
+        raise WorkerMismatch(f"engine worker {worker.url} serves {', '.join(map(repr, served)) or 'no model'}, not "
+                             f"'{model}' as the fleet file says (start it with --served-model-name '{model}')")
+    worker.max_model_len = served[model].get("max_model_len") or worker.max_model_len
+
+
+def _model_config(path: str) -> dict[str, Any]:
+    """The model's config.json, where `path` is a directory that has one (else nothing is known of it)."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return {}
+    return json.loads(config.read_text())

@@ -1,0 +1,112 @@
+"""vLLM's scale-out worker protocol (`vllm serve --enable-scale-out`): an engine request as the JSON body of
+`POST /inference/v1/generate`, and the SSE chunks it streams back as engine steps. Pure: no I/O here.
+
+The worker takes token ids and vLLM's `SamplingParams` as JSON, and streams `data: {...}` chunks of token ids with a
+`finish_reason` on the last, then (asked with `include_usage`) a chunk of `usage` alone, then `data: [DONE]`. Cached
+prompt tokens are in that usage when the worker runs with `--enable-prompt-tokens-details`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineFinish, EngineRequest, EngineStep, StepLogprob
+
+GENERATE_PATH = "/inference/v1/generate"
+ABORT_PATH = "/inference/v1/abort_requests"
+_FINISH_REASONS: dict[str, EngineFinish] = {"stop": "stop", "length": "length", "abort": "abort"}
+_OPTIONAL = (*SAMPLING_DEFAULT_KEYS, "presence_penalty", "frequency_penalty", "seed")
+
+
+class WorkerError(Exception):
+    """The worker refused the request or reported an error in its stream (the request's own failure)."""
+
+
+def generate_body(request: EngineRequest) -> dict[str, Any]:
+    """The body of `POST /inference/v1/generate` for `request`: `token_ids` first, as routers that match the body's
+    text as a prefix (vllm-router's cache_aware) expect."""
+    sampling = request.sampling
+    params: dict[str, Any] = {"max_tokens": sampling.max_tokens, "detokenize": False, "skip_special_tokens": False}
+    for key in _OPTIONAL:
+        if getattr(sampling, key) is not None:
+            params[key] = getattr(sampling, key)
+    if sampling.logprobs is not None:
+        params["logprobs"] = sampling.logprobs
+    if sampling.stop_token_ids:
+        params["stop_token_ids"] = list(sampling.stop_token_ids)
+    if sampling.banned_token_ids:
+        params["logit_bias"] = {str(token_id): -100.0 for token_id in sampling.banned_token_ids}
+    if sampling.thinking_token_budget is not None:
+        params["thinking_token_budget"] = sampling.thinking_token_budget
+    if sampling.structural_tag is not None:
+        params["structured_outputs"] = {"structural_tag": sampling.structural_tag}
+    body: dict[str, Any] = {
+        "token_ids": request.prompt_token_ids,
+        "sampling_params": params,
+        "request_id": request.request_id,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.cache_salt is not None:
+        body["cache_salt"] = request.cache_salt
+    if request.priority:
+        body["priority"] = request.priority
+    return body
+
+
+@dataclass
+class ChunkReader:
+    """Turns the worker's SSE `data:` payloads into engine steps; the step that finishes is held until the usage
+    chunk after it (or the stream's end), so that it carries the prompt's length and its cached tokens."""
+
+    top_logprobs: int = 0  # the alternatives asked for beside each sampled token
+    _held: EngineStep | None = None
+    done: bool = False
+
+    def read(self, payload: str) -> list[EngineStep]:
+        """The steps one `data:` payload completes (WorkerError for an error the worker streamed)."""
+        if payload == "[DONE]":
+            self.done = True
+            return self.flush()
+        chunk = json.loads(payload)
+        if "error" in chunk or chunk.get("object") == "error":
+            error = chunk.get("error", chunk)
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            raise WorkerError(f"the worker failed the request: {message}")
+        steps: list[EngineStep] = []
+        for choice in chunk.get("choices") or []:
+            finish = choice.get("finish_reason")
+            step = EngineStep(token_ids=list(choice.get("token_ids") or []),
+                              finish_reason=_FINISH_REASONS.get(finish, "error") if finish else None,
+                              logprobs=_logprobs(choice.get("logprobs"), self.top_logprobs))
+            if step.finish_reason is not None:
+                self._held = step
+            else:
+                steps.append(step)
+        usage = chunk.get("usage")
+        if usage and self._held is not None:
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            self._held = EngineStep(self._held.token_ids, self._held.finish_reason, cached_tokens=cached,
+                                    logprobs=self._held.logprobs, prompt_tokens=usage.get("prompt_tokens"))
+        return steps
+
+    def flush(self) -> list[EngineStep]:
+        """The held finishing step, if any (at the stream's end)."""
+        held, self._held = self._held, None
+        return [held] if held is not None else []
+
+
+def _logprobs(logprobs: dict[str, Any] | None, top_k: int) -> list[StepLogprob]:
+    """The worker's logprobs (the sampled token first, then candidates by rank, 1-based) as engine-neutral ones: the
+    sampled token and the top k by rank, as the in-process engine gives them."""
+    if not logprobs or not logprobs.get("content"):
+        return []
+    steps = []
+    for entry in logprobs["content"]:
+        ranked = sorted({(other["rank"], other["token_id"], other["logprob"]) for other in entry.get("top_logprobs") or []
+                         if other.get("rank") is not None and 0 < other["rank"] <= top_k})
+        top = tuple((token_id, logprob) for _, token_id, logprob in ranked)
+        steps.append(StepLogprob(token_id=entry["token_id"], logprob=entry["logprob"], top=top))
+    return steps

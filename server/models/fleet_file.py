@@ -1,0 +1,171 @@
+"""`--fleet FILE`: the models a gateway serves from remote vLLM workers, in TOML; a mistake is refused naming its line.
+
+    health_seconds = 2.0          # optional: how often each worker's health and load are read
+    max_waiting = 8               # optional: a worker with this many more waiting requests than the least loaded
+                                  # one is passed over for a turn that would go to it
+
+    [[models]]
+    name = "SmolLM2-135M-Instruct"                   # what clients send as `model`
+    path = "/models/smollm2"                         # tokenizer, chat template, config: read by the gateway
+    engines = ["http://w1:8000", "http://w2:8000"]   # `vllm serve --enable-scale-out` workers, or one router
+    tool_call_parser = "hermes"                      # optional, each: the model's own settings
+    reasoning_parser = "qwen3"
+    harmony = false
+    max_model_len = 16384                            # optional: the window (else the workers' own)
+    default_max_output_tokens = 512
+    sampling_defaults = { frequency_penalty = 0.5 }
+    codex_model_info = { auto_compact_token_limit = 12000 }
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from server.engine.interface import SAMPLING_KEYS
+from server.models.settings import ModelSettings
+
+_MODEL_KEYS = {"name", "path", "engines", "reasoning_parser", "tool_call_parser", "harmony", "max_model_len",
+               "default_max_output_tokens", "sampling_defaults", "codex_model_info"}
+_TOP_KEYS = {"models", "health_seconds", "max_waiting"}
+_URL = re.compile(r"https?://[^/\s]+(/\S*)?")
+
+
+@dataclass(frozen=True)
+class FleetModel:
+    """One model of the fleet: its settings, where the gateway reads its tokenizer, and the workers that run it."""
+
+    settings: ModelSettings
+    path: str
+    engines: tuple[str, ...]
+    max_model_len: int | None = None  # None: the smallest window its workers report
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What a fleet file declares."""
+
+    models: tuple[FleetModel, ...]
+    health_seconds: float = 2.0
+    max_waiting: int = 8
+
+
+class FleetFileError(ValueError):
+    """The fleet file cannot be served; the message names the file, the line and what is wrong."""
+
+
+def read_fleet_file(path: Path) -> Fleet:
+    """The fleet the file declares (FleetFileError naming the line of the first mistake)."""
+    try:
+        text = path.read_text()
+        document = tomllib.loads(text)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise FleetFileError(f"--fleet {path}: {exc}") from exc
+    lines = _Lines(path, text)
+    for key in document:
+        if key not in _TOP_KEYS:
+            raise lines.error(f"unknown key `{key}` (known: {', '.join(sorted(_TOP_KEYS))})", key=key)
+    entries = document.get("models")
+    if not isinstance(entries, list) or not entries:
+        raise lines.error("no [[models]]: a fleet serves one model or more")
+    models = [_model(entry, index, lines) for index, entry in enumerate(entries)]
+    seen: set[str] = set()
+    for index, model in enumerate(models):
+        if model.settings.name in seen:
+            raise lines.error(f"model `{model.settings.name}` is declared twice", index, "name")
+        seen.add(model.settings.name)
+    health = document.get("health_seconds", 2.0)
+    waiting = document.get("max_waiting", 8)
+    if not isinstance(health, (int, float)) or isinstance(health, bool) or health <= 0:
+        raise lines.error("`health_seconds` must be a number of seconds above 0", key="health_seconds")
+    if not isinstance(waiting, int) or isinstance(waiting, bool) or waiting < 1:
+        raise lines.error("`max_waiting` must be a whole number of 1 or more", key="max_waiting")
+    return Fleet(tuple(models), float(health), waiting)
+
+
+def _model(entry: Any, index: int, lines: "_Lines") -> FleetModel:
+    if not isinstance(entry, dict):
+        raise lines.error("each model is a table: [[models]]", index)
+    for key in entry:
+        if key not in _MODEL_KEYS:
+            raise lines.error(f"unknown key `{key}` (known: {', '.join(sorted(_MODEL_KEYS))})", index, key)
+    for key in ("name", "path"):
+        if not isinstance(entry.get(key), str) or not entry[key].strip():
+            raise lines.error(f"`{key}` is missing: each model needs a `{key}`", index, key if key in entry else None)
+    engines = entry.get("engines")
+    if not isinstance(engines, list) or not engines:
+        raise lines.error("`engines` is missing or empty: each model needs the URL of one worker or more", index,
+                          "engines" if "engines" in entry else None)
+    for url in engines:
+        if not isinstance(url, str) or not _URL.fullmatch(url):
+            raise lines.error(f"engine {url!r} is not an http:// or https:// URL", index, "engines")
+    if len(set(engines)) != len(engines):
+        raise lines.error("an engine is listed twice", index, "engines")
+    settings = ModelSettings(
+        name=entry["name"],
+        reasoning_parser=_optional(entry, "reasoning_parser", str, index, lines),
+        tool_call_parser=_optional(entry, "tool_call_parser", str, index, lines),
+        harmony=_optional(entry, "harmony", bool, index, lines) or False,
+        default_max_output_tokens=_positive(entry, "default_max_output_tokens", index, lines),
+        sampling_defaults=_sampling(entry, index, lines),
+        codex_model_info=_optional(entry, "codex_model_info", dict, index, lines) or {},
+    )
+    return FleetModel(settings, entry["path"], tuple(url.rstrip("/") for url in engines),
+                      _positive(entry, "max_model_len", index, lines))
+
+
+def _optional(entry: dict[str, Any], key: str, kind: type, index: int, lines: "_Lines") -> Any:
+    value = entry.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise lines.error(f"`{key}` must be a {kind.__name__}", index, key)
+    return value
+
+
+def _positive(entry: dict[str, Any], key: str, index: int, lines: "_Lines") -> int | None:
+    value = entry.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise lines.error(f"`{key}` must be a whole number of 1 or more", index, key)
+    return value
+
+
+def _sampling(entry: dict[str, Any], index: int, lines: "_Lines") -> dict[str, float]:
+    values = _optional(entry, "sampling_defaults", dict, index, lines) or {}
+    for key, value in values.items():
+        if key not in SAMPLING_KEYS or not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise lines.error(f"`sampling_defaults.{key}`: a number for one of {', '.join(SAMPLING_KEYS)}", index,
+                              "sampling_defaults")
+    return {key: float(value) for key, value in values.items()}
+
+
+@dataclass(frozen=True)
+class _Lines:
+    """Where in the file a model's table, or a key in it, is written (tomllib keeps no positions)."""
+
+    path: Path
+    text: str
+
+    def error(self, problem: str, index: int | None = None, key: str | None = None) -> FleetFileError:
+        line = self.line_of(index, key)
+        where = f"--fleet {self.path}, line {line}" if line else f"--fleet {self.path}"
+        model = f" (models[{index}])" if index is not None else ""
+        return FleetFileError(f"{where}{model}: {problem}")
+
+    def line_of(self, index: int | None, key: str | None) -> int | None:
+        """The line of the `index`-th [[models]] table (None: the top of the file), or of `key` in it."""
+        lines = self.text.splitlines()
+        headers = [number for number, line in enumerate(lines) if re.match(r"\s*\[\[\s*models\s*\]\]", line)]
+        if index is None:
+            start, end = 0, headers[0] if headers else len(lines)
+        elif index < len(headers):
+            start, end = headers[index], headers[index + 1] if index + 1 < len(headers) else len(lines)
+        else:
+            return None
+        if key is not None:
+            pattern = re.compile(rf"\s*\"?{re.escape(key)}\"?\s*=")
+            for number in range(start, end):
+                if pattern.match(lines[number]):
+                    return number + 1
+        return start + 1 if index is not None else None

@@ -1,0 +1,154 @@
+"""A test double for a vLLM scale-out worker (`vllm serve --enable-scale-out`): its HTTP protocol over any engine.
+
+`POST /inference/v1/generate` reads the body as vLLM's worker does, plays the engine's steps as the worker streams
+them (token ids, the finish reason on the last, a usage chunk, `[DONE]`), and closes the engine's iterator when the
+client goes away; `/inference/v1/abort_requests`, `/health`, `/metrics` and `/v1/models` answer as the worker's.
+With it, the tests that drive an engine run through the server's remote engine as well (tests/test_server.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import aclosing, contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from server.engine.interface import EngineRequest, EngineStep, SamplingSettings
+
+_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+             "frequency_penalty", "seed", "logprobs", "thinking_token_budget")
+
+
+@dataclass
+class ScaleOutWorker:
+    """An ASGI app serving `engine` as the model `model`; `healthy` False makes /health answer 503."""
+
+    engine: Any
+    model: str
+    max_model_len: int = 8192
+    healthy: bool = True
+    waiting: int = 0  # what its /metrics says of its queue
+    bodies: list[dict[str, Any]] = field(default_factory=list)  # every generate body, as sent
+    abort_requests: list[str] = field(default_factory=list)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        path, body = scope["path"], await _body(receive)
+        if path == "/inference/v1/generate":
+            await self._generate(json.loads(body), receive, send)
+        elif path == "/inference/v1/abort_requests":
+            self.abort_requests.extend(json.loads(body)["request_ids"])
+            await _answer(send, 200, b"")
+        elif path == "/health":
+            await _answer(send, 200 if self.healthy else 503, b"")
+        elif path == "/metrics":
+            await _answer(send, 200, f'vllm:num_requests_waiting{{engine="0",model_name="{self.model}"}} '
+                                     f'{self.waiting}.0\n'.encode())
+        elif path == "/v1/models":
+            models = {"object": "list", "data": [{"id": self.model, "max_model_len": self.max_model_len}]}
+            await _answer(send, 200, json.dumps(models).encode())
+        else:
+            await _answer(send, 404, b"")
+
+    async def _generate(self, body: dict[str, Any], receive: Any, send: Any) -> None:
+        self.bodies.append(body)
+        request = engine_request(body)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        gone = asyncio.ensure_future(_disconnected(receive))
+        prompt_tokens, cached = len(request.prompt_token_ids), 0
+        try:
+            async with aclosing(self.engine.generate(request)) as steps:
+                try:
+                    async for step in steps:
+                        if gone.done():
+                            return  # the client left: closing the iterator aborts the engine's request
+                        prompt_tokens = step.prompt_tokens or prompt_tokens
+                        cached = max(cached, step.cached_tokens)
+                        await _chunk(send, _step_chunk(request.request_id, step))
+                except Exception as exc:  # as vLLM streams a generation error
+                    await _chunk(send, {"error": {"message": str(exc), "type": "InternalServerError", "code": 500}})
+                    await _chunk(send, "[DONE]", last=True)
+                    return
+            await _chunk(send, {"request_id": request.request_id, "choices": [],
+                                "usage": {"prompt_tokens": prompt_tokens,
+                                          "prompt_tokens_details": {"cached_tokens": cached}}})
+            await _chunk(send, "[DONE]", last=True)
+        finally:
+            gone.cancel()
+
+
+def engine_request(body: dict[str, Any]) -> EngineRequest:
+    """The engine request a worker makes of the generate body (what the engine double then sees)."""
+    params = body["sampling_params"]
+    structured = params.get("structured_outputs") or {}
+    sampling = SamplingSettings(
+        max_tokens=params["max_tokens"],
+        stop_token_ids=tuple(params.get("stop_token_ids") or ()),
+        banned_token_ids=tuple(sorted(int(token) for token in params.get("logit_bias") or {})),
+        structural_tag=structured.get("structural_tag"),
+        **{key: params[key] for key in _SAMPLING if key in params},
+    )
+    return EngineRequest(body["request_id"], list(body["token_ids"]), sampling, cache_salt=body.get("cache_salt"),
+                         priority=body.get("priority", 0))
+
+
+def _step_chunk(request_id: str, step: EngineStep) -> dict[str, Any]:
+    logprobs = None
+    if step.logprobs:
+        logprobs = {"content": [{"token_id": lp.token_id, "logprob": lp.logprob, "rank": None,
+                                 "top_logprobs": [{"token_id": lp.token_id, "logprob": lp.logprob, "rank": 99}]
+                                 + [{"token_id": token, "logprob": value, "rank": rank}
+                                    for rank, (token, value) in enumerate(lp.top, start=1)]}
+                                for lp in step.logprobs]}
+    return {"request_id": f"generate-tokens-{request_id}", "usage": None, "output_mode": "tokens",
+            "choices": [{"index": 0, "finish_reason": step.finish_reason if step.finish_reason != "error" else "error",
+                         "token_ids": step.token_ids, "logprobs": logprobs}]}
+
+
+async def _chunk(send: Any, payload: Any, last: bool = False) -> None:
+    data = payload if isinstance(payload, str) else json.dumps(payload)
+    await send({"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": not last})
+
+
+async def _body(receive: Any) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _disconnected(receive: Any) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _answer(send: Any, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+    with suppress(Exception):
+        await send({"type": "http.response.body", "body": body})
+
+
+@contextmanager
+def engine_served(engine: Any, how: str, model: str = "test-model") -> Iterator[Callable[[], Any]]:
+    """What starts `engine` for a ServingContext: the engine itself (`in_process`), or (`scale_out`) the server's
+    remote engine driving it behind a ScaleOutWorker on a real socket."""
+    if how == "in_process":
+        yield lambda: engine
+        return
+    from server.engine.remote import RemoteEngine
+    from server.engine.workers import WorkerSet
+    from tests.conftest import serve_asgi
+
+    with serve_asgi(ScaleOutWorker(engine, model, engine.max_model_len)) as port:
+        def start() -> RemoteEngine:
+            remote = RemoteEngine(WorkerSet.of(model, [f"http://127.0.0.1:{port}"]), engine.tokenizer,
+                                  engine.model_type, engine.sampling_defaults, engine.max_model_len)
+            remote.probe_all()
+            return remote
+
+        yield start
