@@ -29,6 +29,8 @@ class ScaleOutWorker:
     max_model_len: int = 8192
     healthy: bool = True
     waiting: int = 0  # what its /metrics says of its queue
+    drop_after: int | None = None  # it dies after this many chunks: the connection breaks, /health fails
+    chunks_sent: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)  # every generate body, as sent
     abort_requests: list[str] = field(default_factory=list)
 
@@ -68,6 +70,12 @@ class ScaleOutWorker:
                         prompt_tokens = step.prompt_tokens or prompt_tokens
                         cached = max(cached, step.cached_tokens)
                         await _chunk(send, _step_chunk(request.request_id, step))
+                        self.chunks_sent += 1
+                        if self.drop_after is not None and self.chunks_sent >= self.drop_after:
+                            self.healthy = False  # dead: its /health no longer answers 200
+                            raise ConnectionAbortedError("the worker died")  # uvicorn breaks the connection
+                except ConnectionAbortedError:
+                    raise
                 except Exception as exc:  # as vLLM streams a generation error
                     await _chunk(send, {"error": {"message": str(exc), "type": "InternalServerError", "code": 500}})
                     await _chunk(send, "[DONE]", last=True)
@@ -78,6 +86,7 @@ class ScaleOutWorker:
             await _chunk(send, "[DONE]", last=True)
         finally:
             gone.cancel()
+
 
 
 def engine_request(body: dict[str, Any]) -> EngineRequest:

@@ -1,0 +1,240 @@
+"""A fleet behind the real app: models on scale-out worker doubles (tests/scale_out_worker.py) driven over HTTP by the
+remote engine; routing, faults, many models and the prefix cache's salts. The real vLLM workers: test_e2e_fleet.py."""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from conformance.contract import validate_events
+from server.config import ServerConfig
+from server.engine.interface import EngineUnavailable
+from server.engine.remote import WORKER_LOST, RemoteEngine, WorkerMismatch
+from server.engine.workers import Worker, WorkerSet
+from server.history.sealing import Sealer
+from server.http.app import create_app
+from server.models.registry import ModelStart
+from server.models.settings import ModelSettings
+from server.serving import ServingContext
+from server.store.sqlite import SqliteStore
+from tests.conftest import serve_asgi, serve_in_thread
+from tests.scale_out_worker import ScaleOutWorker
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+from tests.sse import events_of, parse_frames
+
+SMALL, OTHER = "small", "other"
+
+
+def test_every_gateway_sends_a_key_to_the_same_worker_and_only_a_departed_workers_keys_move() -> None:
+    urls = [f"http://w{n}:8000" for n in range(4)]
+    first, second = WorkerSet.of(SMALL, urls), WorkerSet.of(SMALL, list(reversed(urls)))
+    for workers in (first, second):
+        for worker in workers.workers:
+            worker.up = True
+    keys = [f"session-{n}" for n in range(64)]
+    chosen = {key: first.choose(key).url for key in keys}
+    assert chosen == {key: second.choose(key).url for key in keys}  # no word between the gateways
+    assert len(set(chosen.values())) == 4  # the keys spread over the workers
+    gone = first.workers[0]
+    gone.went_down("test")
+    moved = {key for key in keys if first.choose(key).url != chosen[key]}
+    assert moved == {key for key in keys if chosen[key] == gone.url}
+
+
+def test_a_saturated_worker_passes_its_turns_to_the_least_loaded_and_none_up_is_unavailable() -> None:
+    workers = WorkerSet.of(SMALL, ["http://a", "http://b"], max_waiting=4)
+    for worker in workers.workers:
+        worker.up = True
+    key = "k"
+    home = workers.choose(key)
+    other = next(worker for worker in workers.workers if worker is not home)
+    home.waiting = 3
+    assert workers.choose(key) is home  # below the threshold: its cache is worth the wait
+    home.waiting = 4
+    assert workers.choose(key) is other
+    for worker in workers.workers:
+        worker.went_down("test")
+    with pytest.raises(EngineUnavailable, match="No engine worker of the model 'small' is up"):
+        workers.choose(key)
+
+
+def test_waiting_requests_are_read_from_the_workers_metrics_for_its_model() -> None:
+    workers, worker = WorkerSet.of(SMALL, ["http://a"]), Worker("http://a")
+    workers.update_waiting(worker, '# HELP x\nvllm:num_requests_waiting{engine="0",model_name="small"} 7.0\n'
+                                   'vllm:num_requests_waiting{engine="0",model_name="else"} 5.0\n'
+                                   'vllm:num_requests_waiting_by_reason{model_name="small",reason="x"} 9.0\n')
+    assert worker.waiting == 7
+
+
+class Fleet:
+    """The app serving two models on worker doubles: SMALL on two workers, OTHER on one."""
+
+    def __init__(self, tokenizer: Any, stack: ExitStack, sealer: Sealer, store: Path, **config: Any) -> None:
+        self.engines = {name: ScriptedEngine(tokenizer=tokenizer, scripts=[[]]) for name in (SMALL, OTHER)}
+        self.workers = [ScaleOutWorker(self.engines[SMALL], SMALL), ScaleOutWorker(self.engines[SMALL], SMALL),
+                        ScaleOutWorker(self.engines[OTHER], OTHER)]
+        ports = [stack.enter_context(serve_asgi(worker)) for worker in self.workers]
+        self.urls = [f"http://127.0.0.1:{port}" for port in ports]
+        starts = (ModelStart(ModelSettings(SMALL), self._start(SMALL, self.urls[:2], tokenizer)),
+                  ModelStart(ModelSettings(OTHER), self._start(OTHER, self.urls[2:], tokenizer)))
+        self.context = ServingContext(config=ServerConfig(served_model_name=SMALL, **config), model_starts=starts,
+                                      sealer=sealer, store=SqliteStore(store))
+        self.base_url = stack.enter_context(serve_in_thread(create_app(self.context)))
+
+    @staticmethod
+    def _start(model: str, urls: list[str], tokenizer: Any) -> Any:
+        def start() -> RemoteEngine:
+            engine = RemoteEngine(WorkerSet.of(model, urls), tokenizer, health_seconds=0.2)
+            engine.probe_all()
+            engine.watch()
+            return engine
+        return start
+
+    def play(self, model: str, *scripts: Any) -> None:
+        engine = self.engines[model]
+        engine.scripts, engine.first = list(scripts), len(engine.requests)
+
+    def stream(self, **body: Any) -> list[dict[str, Any]]:
+        with httpx.stream("POST", f"{self.base_url}/responses", json={"model": SMALL, "stream": True, **body},
+                          timeout=30) as response:
+            assert response.status_code == 200, response.read()
+            return events_of(parse_frames(response.iter_lines()))
+
+
+SEALER = Sealer.ephemeral()
+
+
+@pytest.fixture
+def fleet(tokenizer: Any, tmp_path: Path) -> Iterator[Fleet]:
+    with ExitStack() as stack:
+        yield Fleet(tokenizer, stack, SEALER, tmp_path / "responses.db")
+
+
+def _answer(tokenizer: Any, text: str) -> list[Any]:
+    return steps_from_tokens(tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id], cuts=[2])
+
+
+def _sent_to(fleet: Fleet, before: list[int]) -> list[int]:
+    """The workers that received a request since `before` (each worker's body count then)."""
+    return [index for index, worker in enumerate(fleet.workers) for _ in worker.bodies[before[index]:]]
+
+
+def _counts(fleet: Fleet) -> list[int]:
+    return [len(worker.bodies) for worker in fleet.workers]
+
+
+def test_each_model_runs_on_its_own_workers_and_a_chain_stays_on_one(fleet: Fleet, tokenizer: Any) -> None:
+    fleet.play(SMALL, _answer(tokenizer, "Paris."))
+    fleet.play(OTHER, _answer(tokenizer, "Lyon."))
+    before = _counts(fleet)
+    first = validate_events(fleet.stream(input="Where?"))
+    previous, turns = first.id, []
+    for _ in range(4):
+        turns.append(validate_events(fleet.stream(input="And then?", previous_response_id=previous)))
+        previous = turns[-1].id
+    sent = _sent_to(fleet, before)
+    assert len(sent) == 5 and len(set(sent)) == 1 and sent[0] in (0, 1)  # one worker of SMALL holds the chain
+    before = _counts(fleet)
+    other = validate_events(fleet.stream(model=OTHER, input="Where else?", previous_response_id=previous))
+    assert _sent_to(fleet, before) == [2] and other.model == OTHER and other.output_text == "Lyon."
+    listed = httpx.get(f"{fleet.base_url}/models").json()
+    assert [model["id"] for model in listed["data"]] == [SMALL, OTHER]
+    assert httpx.get(f"{fleet.base_url}/models/{OTHER}").json()["id"] == OTHER
+    missing = httpx.post(f"{fleet.base_url}/responses", json={"model": "nope", "input": "hi"})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+
+
+def test_conversations_spread_over_the_workers_by_their_keys(fleet: Fleet, tokenizer: Any) -> None:
+    fleet.play(SMALL, _answer(tokenizer, "Yes."))
+    sent = []
+    for n in range(12):
+        before = _counts(fleet)
+        fleet.stream(input="hi", prompt_cache_key=f"session-{n}", store=False)
+        sent += _sent_to(fleet, before)
+    assert set(sent) == {0, 1}  # both workers of SMALL, none of OTHER
+    for n in range(12):  # a key's turns go where its first went
+        before = _counts(fleet)
+        fleet.stream(input="again", prompt_cache_key=f"session-{n}", store=False)
+        assert _sent_to(fleet, before) == [sent[n]]
+
+
+def test_a_worker_that_dies_mid_stream_fails_its_response_and_its_turns_go_to_its_peer(
+        fleet: Fleet, tokenizer: Any) -> None:
+    fleet.play(SMALL, _answer(tokenizer, "The capital of France is Paris, of course."))
+    first = validate_events(fleet.stream(input="Where?"))
+    home = _sent_to(fleet, [0, 0, 0])[0]
+    fleet.workers[home].drop_after, fleet.workers[home].chunks_sent = 2, 0
+    events = fleet.stream(input="More?", previous_response_id=first.id)
+    failed = validate_events(events)
+    assert events[-1]["type"] == "response.failed" and failed.error is not None
+    assert failed.error.message == WORKER_LOST
+    stored = httpx.get(f"{fleet.base_url}/responses/{failed.id}").json()
+    assert stored["status"] == "failed" and stored["error"]["message"] == WORKER_LOST  # what the client was told
+    before = _counts(fleet)
+    again = validate_events(fleet.stream(input="More?", previous_response_id=first.id))
+    assert again.status == "completed" and _sent_to(fleet, before) == [1 - home]
+    fleet.workers[home].healthy, fleet.workers[home].drop_after = True, None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # its health is back: the chain goes home again
+        before = _counts(fleet)
+        validate_events(fleet.stream(input="More?", previous_response_id=first.id))
+        if _sent_to(fleet, before) == [home]:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("the worker was not used again once its health came back")
+
+
+def test_every_worker_of_a_model_down_is_a_503_and_the_other_model_still_answers(fleet: Fleet, tokenizer: Any) -> None:
+    fleet.play(SMALL, _answer(tokenizer, "Yes."))
+    fleet.play(OTHER, _answer(tokenizer, "Also."))
+    fleet.workers[0].healthy = fleet.workers[1].healthy = False
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        answer = httpx.post(f"{fleet.base_url}/responses", json={"model": SMALL, "input": "hi", "stream": True})
+        if answer.status_code == 503:
+            break
+        time.sleep(0.2)
+    assert answer.status_code == 503 and answer.headers["retry-after"]
+    assert answer.json()["error"]["code"] == "engine_unavailable" and answer.json()["error"]["type"] == "server_error"
+    assert validate_events(fleet.stream(model=OTHER, input="hi")).output_text == "Also."
+
+
+def test_a_worker_refusing_one_request_fails_that_request_only(fleet: Fleet, tokenizer: Any) -> None:
+    fleet.play(SMALL, [RuntimeError("the grammar could not be compiled")], _answer(tokenizer, "Fine."))
+    failed = fleet.stream(input="hi", prompt_cache_key="same")
+    assert failed[-1]["type"] == "response.failed"
+    assert validate_events(fleet.stream(input="hi", prompt_cache_key="same")).output_text == "Fine."
+
+
+def test_each_project_partitions_the_prefix_cache_alike_on_every_gateway(tokenizer: Any, tmp_path: Path) -> None:
+    from server.runs.placement import CACHE_SALT_PURPOSE
+
+    with ExitStack() as stack:
+        store = tmp_path / "responses.db"  # the gateways share it, as replicas share PostgreSQL
+        gateways = [Fleet(tokenizer, stack, SEALER, store), Fleet(tokenizer, stack, SEALER, store)]
+        shared = Fleet(tokenizer, stack, SEALER, tmp_path / "other.db", isolate_prefix_cache=False)
+        salts = []
+        for fleet in (*gateways, shared):
+            fleet.play(SMALL, _answer(tokenizer, "Yes."))
+            fleet.stream(input="hi", prompt_cache_key="k")
+            salts.append(next(worker.bodies[-1].get("cache_salt") for worker in fleet.workers if worker.bodies))
+    assert salts[0] == salts[1] == SEALER.tag(CACHE_SALT_PURPOSE, "default") and salts[2] is None
+    assert SEALER.tag(CACHE_SALT_PURPOSE, "alpha") != SEALER.tag(CACHE_SALT_PURPOSE, "beta")
+    assert len(salts[0]) <= 128 and not set("@/\\") & set(salts[0])  # as vLLM's cache_salt takes it
+
+
+def test_a_worker_serving_another_model_is_refused_at_start_naming_both(tokenizer: Any) -> None:
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
+    with serve_asgi(ScaleOutWorker(engine, "someone-else")) as port:
+        remote = RemoteEngine(WorkerSet.of(SMALL, [f"http://127.0.0.1:{port}"]), tokenizer)
+        with pytest.raises(WorkerMismatch, match="serves 'someone-else', not 'small'"):
+            remote.probe_all()
+    unreachable = RemoteEngine(WorkerSet.of(SMALL, [f"http://127.0.0.1:{port}"]), tokenizer)
+    unreachable.probe_all()  # reported, not fatal: it is watched until it comes up
+    assert not unreachable.workers.up()
