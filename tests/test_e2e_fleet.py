@@ -1,0 +1,222 @@
+"""End to end on a fleet: real vLLM scale-out workers on the CPU build (two of the bundled model, one of the tiny
+gpt-oss), the server in front of them with `--fleet`, talked to by the openai SDK, its WebSocket, `responses-server
+check` and the real Codex CLI; a model switch mid-chain, a chain on one worker, an abandoned stream, a killed worker,
+and vllm-router in front of two workers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from conformance.contract import validate_events
+from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS, BUNDLED_MODEL_NAME
+from server.engine.remote import WORKER_LOST
+from tests.conftest import run_codex
+from tests.servers import RunningServer
+from tests.sse import events_of, parse_frames
+from tests.vllm_workers import VllmRouter, VllmWorker
+
+pytestmark = pytest.mark.e2e
+SMOL, OSS = BUNDLED_MODEL_NAME, "gpt-oss-tiny"
+SEEDED = {"seed": 7}  # the tiny gpt-oss has random weights: a fixed seed samples the same tokens every run
+OSS_WINDOW = 16384  # Codex's prompt (about 5k tokens) fits
+
+
+def fleet_file(path: Path, smol: list[str], oss: list[str], bundled: Path, tiny: Path) -> Path:
+    path.write_text(f"""\
+health_seconds = 0.5
+
+[[models]]
+name = "{SMOL}"
+path = "{bundled}"
+engines = {json.dumps(smol)}
+default_max_output_tokens = {BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS}
+sampling_defaults = {{ frequency_penalty = 0.5 }}
+""" + (f"""
+[[models]]
+name = "{OSS}"
+path = "{tiny}"
+engines = {json.dumps(oss)}
+default_max_output_tokens = 256
+""" if oss else ""))
+    return path
+
+
+@dataclass
+class Fleet:
+    smol: list[VllmWorker]
+    oss: VllmWorker
+    gateway: RunningServer
+
+
+@pytest.fixture(scope="module")
+def fleet(bundled_model: Path, tiny_gpt_oss: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    logs = tmp_path_factory.mktemp("fleet")
+    smol = [VllmWorker(bundled_model, SMOL, logs / f"smol-{n}.log", 16384) for n in range(2)]
+    # xgrammar's cache confuses harmony's token-only grammars (server/engine/vllm_engine.py): off on its worker
+    oss = VllmWorker(tiny_gpt_oss, OSS, logs / "oss.log", OSS_WINDOW,
+                     env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_XGRAMMAR_CACHE_MB": "0"})
+    workers = [*smol, oss]
+    try:
+        for worker in workers:
+            worker.start()
+        with ThreadPoolExecutor(len(workers)) as pool:
+            list(pool.map(VllmWorker.wait_healthy, workers))
+        path = fleet_file(logs / "fleet.toml", [worker.url for worker in smol], [oss.url], bundled_model, tiny_gpt_oss)
+        gateway = RunningServer(["--fleet", str(path)], logs / "gateway.log")
+        yield Fleet(smol, oss, gateway)
+        gateway.stop()
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+def _stream(base_url: str, **body: Any) -> list[dict[str, Any]]:
+    with httpx.stream("POST", f"{base_url}/responses", json={"stream": True, **body}, timeout=600) as response:
+        assert response.status_code == 200, response.read()
+        return events_of(parse_frames(response.iter_lines()))
+
+
+def _served(workers: list[VllmWorker]) -> list[float]:
+    return [worker.metric("vllm:request_success_total") for worker in workers]
+
+
+def test_every_scenario_passes_for_both_models(fleet: Fleet) -> None:
+    for model in (SMOL, OSS):
+        done = subprocess.run([sys.executable, "-m", "server", "check", fleet.gateway.base_url, "--model", model,
+                               "--json", "--parallel", "--seed", "7"], capture_output=True, text=True, timeout=1200)
+        report = json.loads(done.stdout)
+        failures = [result for result in report["results"] if not result["passed"]]
+        assert not failures, (model, json.dumps(failures, indent=1))
+        assert report["passed"] >= 40 and done.returncode == 0
+
+
+def test_both_models_listed_and_streamed_through_the_strict_sdk_and_the_websocket(fleet: Fleet) -> None:
+    client = fleet.gateway.client
+    assert [model.id for model in client.models.list()] == [SMOL, OSS]
+    assert client.models.retrieve(OSS).id == OSS
+    for model in (SMOL, OSS):
+        with client.responses.stream(model=model, input="What is the capital of France?", max_output_tokens=48,
+                                     extra_body=SEEDED) as stream:
+            events = list(stream)
+        assert events[-1].type in ("response.completed", "response.incomplete")
+        with client.responses.connect() as socket:
+            socket.response.create(model=model, input="Hello!", max_output_tokens=24, extra_body=SEEDED)
+            kinds = []
+            for event in socket:
+                kinds.append(event.type)
+                if event.type in ("response.completed", "response.incomplete", "response.failed", "error"):
+                    break
+        assert kinds[0] == "response.created" and kinds[-1] in ("response.completed", "response.incomplete"), kinds
+
+
+def test_a_chain_switches_models_and_each_turn_stays_on_one_worker(fleet: Fleet) -> None:
+    """SmolLM2, then the tiny gpt-oss, then SmolLM2 again, one chain: each model reads the history as its path renders
+    it (gpt-oss's reasoning is dropped for SmolLM2: docs/fleet.md). The SmolLM2 turns run on one worker, and the
+    third finds the first's prefix in that worker's cache."""
+    before = _served(fleet.smol)
+    first = validate_events(_stream(fleet.gateway.base_url, model=SMOL, input="Name a city in France. " * 30,
+                                    max_output_tokens=16))
+    second = validate_events(_stream(fleet.gateway.base_url, model=OSS, input="And one in Italy?",
+                                     previous_response_id=first.id, max_output_tokens=64, **SEEDED))
+    assert second.model == OSS and any(item.type == "reasoning" for item in second.output)
+    third = validate_events(_stream(fleet.gateway.base_url, model=SMOL, input="And one in Spain?",
+                                    previous_response_id=second.id, max_output_tokens=16))
+    assert third.status in ("completed", "incomplete") and third.model == SMOL
+    after = _served(fleet.smol)
+    assert sorted(a - b for a, b in zip(after, before)) == [0, 2], (before, after)  # one worker ran both turns
+    assert third.usage is not None and third.usage.input_tokens_details.cached_tokens > 0
+
+
+def test_an_abandoned_stream_leaves_no_request_running_on_any_worker(fleet: Fleet) -> None:
+    with httpx.stream("POST", f"{fleet.gateway.base_url}/responses", timeout=600,
+                      json={"model": SMOL, "input": "Count from 1 to 1000, one number a line.", "stream": True,
+                            "max_output_tokens": 400, "frequency_penalty": 0}) as response:
+        deltas = 0
+        for line in response.iter_lines():
+            deltas += line.startswith("event: response.output_text.delta")
+            if deltas >= 3:
+                break  # the client goes away
+    workers = [*fleet.smol, fleet.oss]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(worker.metric("vllm:num_requests_running") for worker in workers):
+        time.sleep(0.5)
+    assert not any(worker.metric("vllm:num_requests_running") for worker in workers)
+
+
+def test_codex_runs_a_turn_on_the_fleet(fleet: Fleet, codex: Path, tmp_path: Path) -> None:
+    run = run_codex(codex, fleet.gateway.base_url, SMOL, tmp_path, "Say hello in one word.", catalog=True)
+    events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    kinds = [event["type"] for event in events]
+    assert run.returncode == 0 and "turn.completed" in kinds, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "metadata" not in run.stdout + run.stderr  # it read the fleet's catalog
+    catalog = httpx.get(f"{fleet.gateway.base_url}/models", params={"client_version": "0.171.0"}).json()
+    windows = {entry["slug"]: entry["context_window"] for entry in catalog["models"]}
+    assert windows == {SMOL: 16384, OSS: OSS_WINDOW}  # each model's window, from its workers
+
+
+def test_vllm_router_in_front_of_two_workers(fleet: Fleet, bundled_model: Path, tiny_gpt_oss: Path,
+                                             tmp_path: Path) -> None:
+    """The fleet's own router: `engines` names its one URL; the gateway sees one engine, the router spreads."""
+    router = VllmRouter([worker.url for worker in fleet.smol], tmp_path / "router.log")
+    try:
+        path = fleet_file(tmp_path / "fleet.toml", [router.url], [], bundled_model, tiny_gpt_oss)
+        gateway = RunningServer(["--fleet", str(path)], tmp_path / "gateway.log")
+        try:
+            before = _served(fleet.smol)
+            for _ in range(4):
+                final = validate_events(_stream(gateway.base_url, model=SMOL, input="Hi!", max_output_tokens=8))
+                assert final.status in ("completed", "incomplete")
+            after = _served(fleet.smol)
+            assert [a - b for a, b in zip(after, before)] == [2, 2]  # round robin, behind the one URL
+        finally:
+            gateway.stop()
+    finally:
+        router.stop()
+
+
+def test_a_killed_worker_fails_its_stream_and_its_peers_take_its_turns_then_a_model_with_none_is_503(
+        fleet: Fleet) -> None:
+    """Last: it kills workers. The chain's worker dies mid-stream: the response ends failed (stored, one terminal
+    event, an engine failure), and the chain's next turn is served by its peer; with the gpt-oss worker killed too,
+    a request for that model is a 503 the client may retry."""
+    first = validate_events(_stream(fleet.gateway.base_url, model=SMOL, input="Hello", max_output_tokens=8))
+    before = _served(fleet.smol)
+    validate_events(_stream(fleet.gateway.base_url, model=SMOL, input="Again", previous_response_id=first.id,
+                            max_output_tokens=8))
+    home = next(index for index, (a, b) in enumerate(zip(_served(fleet.smol), before)) if a > b)
+    events: list[dict[str, Any]] = []
+    with httpx.stream("POST", f"{fleet.gateway.base_url}/responses", timeout=600,
+                      json={"model": SMOL, "input": "Count from 1 to 1000, one number a line.", "stream": True,
+                            "previous_response_id": first.id, "max_output_tokens": 400,
+                            "frequency_penalty": 0}) as response:
+        for event in events_of(parse_frames(response.iter_lines())):
+            events.append(event)
+            if sum(e["type"] == "response.output_text.delta" for e in events) == 3:
+                fleet.smol[home].kill()
+    final = validate_events(events)
+    assert events[-1]["type"] == "response.failed" and final.error is not None and final.error.message == WORKER_LOST
+    stored = fleet.gateway.client.responses.retrieve(final.id)
+    assert stored.status == "failed" and stored.error is not None and stored.error.message == WORKER_LOST
+    peer = fleet.smol[1 - home]
+    before_peer = peer.metric("vllm:request_success_total")
+    turn = validate_events(_stream(fleet.gateway.base_url, model=SMOL, input="Again", previous_response_id=first.id,
+                                   max_output_tokens=8))
+    assert turn.status in ("completed", "incomplete") and peer.metric("vllm:request_success_total") == before_peer + 1
+    fleet.oss.kill()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        answer = httpx.post(f"{fleet.gateway.base_url}/responses", json={"model": OSS, "input": "hi"}, timeout=60)
+        if answer.status_code == 503:
+            break
+        time.sleep(0.5)
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "engine_unavailable"
