@@ -234,7 +234,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         input_work=WorkLimits(args.input_workers, args.input_work_seconds, args.input_work_memory_mb << 20),
         max_request_pixels=args.max_request_pixels,
         webhooks=webhook_settings(args),
-        forwarding=args.forwarding,
+        forwarding=args.forwarding and not starts,  # a fleet's gateways all send a turn to the same worker
         isolate_prefix_cache=args.isolate_prefix_cache,
         mcp=McpSettings(dict(args.mcp_server), _hosts(args.allowed_mcp_domains), args.mcp_connect_timeout,
                         args.mcp_call_timeout, args.mcp_max_output_bytes, dict(args.tool_server)),

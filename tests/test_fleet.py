@@ -238,3 +238,23 @@ def test_a_worker_serving_another_model_is_refused_at_start_naming_both(tokenize
     unreachable = RemoteEngine(WorkerSet.of(SMALL, [f"http://127.0.0.1:{port}"]), tokenizer)
     unreachable.probe_all()  # reported, not fatal: it is watched until it comes up
     assert not unreachable.workers.up()
+
+
+def test_a_projects_priority_reaches_the_engine_and_a_keys_own_wins(tokenizer: Any, tmp_path: Path) -> None:
+    from hashlib import sha256
+
+    from server.tenancy.projects_file import ProjectsFile, read_projects_file
+
+    declared = tmp_path / "projects.toml"
+    declared.write_text(f'[[projects]]\nname = "alpha"\npriority = 5\n\n[[keys]]\nname = "urgent"\nproject = "alpha"\n'
+                        f'sha256 = "{sha256(b"k").hexdigest()}"\npriority = -2\n')
+    projects = read_projects_file(declared)
+    (key,) = projects.keys
+    assert projects.priority("alpha", None) == 5 and projects.priority("alpha", key.id) == -2
+    assert projects.priority("beta", None) == 0
+    with ExitStack() as stack:
+        fleet = Fleet(tokenizer, stack, SEALER, tmp_path / "r.db", projects=ProjectsFile(project_priorities={
+            "default": -3}))
+        fleet.play(SMALL, _answer(tokenizer, "Yes."))
+        fleet.stream(input="hi")
+        assert [worker.bodies[-1]["priority"] for worker in fleet.workers if worker.bodies] == [-3]

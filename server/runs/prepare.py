@@ -56,7 +56,7 @@ async def prepare_stored_run(context: ServingContext, body: ResponsesRequest, ca
     model = context.model(body.model)  # an unknown model is a 404, and one whose workers are all down a 503, first
     model.check_up()
     async with _limited(context, caller, model) as ticket:
-        stored = await _stored_run(context, body, caller.project, earlier, generate)
+        stored = await _stored_run(context, body, caller, earlier, generate)
         stored.run.ticket = ticket
         return stored
 
@@ -73,8 +73,9 @@ async def _limited(context: ServingContext, caller: Caller, model: Model) -> Asy
         raise
 
 
-async def _stored_run(context: ServingContext, body: ResponsesRequest, project: str,
+async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: Caller,
                       earlier: MutableMapping[str, StoredResponse] | None, generate: bool) -> StoredRun:
+    project = caller.project
     project_store = context.project_store(project)
     store = project_store if body.store else None
     if body.background and store is None:
@@ -88,7 +89,7 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, project: 
     fetched = await images_fetched(context, conversation, body)
     compacting = body.asks_compaction()  # the response is one compaction item (the run is never generated from)
     keys = prompt_keys(body, project, continuable=store is not None or earlier is not None)
-    placed = _placement(context, body, project, history_start)
+    placed = _placement(context, body, caller, history_start)
     run, overflowed = await _first_run(context, conversation, body, fetched, hosted, compacting, keys, placed)
     placed = Placement(placed.cache_salt, placed.priority, run.request.affinity)  # every pass where the first ran
     loop = HostedLoop(context, hosted, conversation, body, fetched, keys, placed) if hosted.runs_tools else None
@@ -113,9 +114,11 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, project: 
                      kept_in=earlier, replica=context.replicas.replica_id if context.replicas else None)
 
 
-def _placement(context: ServingContext, body: ResponsesRequest, project: str,
+def _placement(context: ServingContext, body: ResponsesRequest, caller: Caller,
                history_start: str | None) -> Placement:
-    return placement(body, project, history_start, context.sealer, context.config.isolate_prefix_cache)
+    priority = context.config.projects.priority(caller.project, caller.key_id)
+    return placement(body, caller.project, history_start, context.sealer, context.config.isolate_prefix_cache,
+                     priority)
 
 
 async def _file_search(context: ServingContext, body: ResponsesRequest, project: str) -> FileSearch | None:
@@ -192,7 +195,7 @@ async def prepare_compaction(context: ServingContext, body: ResponsesRequest, ca
         summarizing = summary_request(conversation)
         run = await prepare_run(context, summarizing, summarizing,
                                 await images_fetched(context, summarizing, summarizing),
-                                placed=_placement(context, body, caller.project, history_start))
+                                placed=_placement(context, body, caller, history_start))
         run.slot = await context.admission.admit_within(context.config.admission_wait_seconds)
         run.ticket = ticket
         return CompactionRun(StoredRun(run, None, keep_event_log=False), conversation, context)

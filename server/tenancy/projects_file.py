@@ -13,6 +13,8 @@ and the limits of each project (and of a key, on top of its project's).
     project = "alpha"
     sha256 = "<hex SHA-256 of the key: printf %s KEY | sha256sum>"
     requests_per_minute = 60         # optional: this key's own limits
+    priority = -1                    # optional: its requests' priority in vLLM's scheduler (lower runs first;
+                                     # the engine needs --scheduling-policy priority), over its project's
 
     [[keys]]
     name = "ops"
@@ -42,6 +44,14 @@ class ProjectsFile:
     keys: tuple[ApiKey, ...] = ()
     project_limits: dict[str, Limits] = field(default_factory=dict)
     key_limits: dict[str, Limits] = field(default_factory=dict)
+    project_priorities: dict[str, int] = field(default_factory=dict)
+    key_priorities: dict[str, int] = field(default_factory=dict)
+
+    def priority(self, project: str, key_id: str | None) -> int:
+        """A request's priority in the engine's scheduler: its key's, else its project's, else 0."""
+        if key_id is not None and key_id in self.key_priorities:
+            return self.key_priorities[key_id]
+        return self.project_priorities.get(project, 0)
 
 
 def read_projects_file(path: Path) -> ProjectsFile:
@@ -56,8 +66,20 @@ def read_projects_file(path: Path) -> ProjectsFile:
     keys = [_key(entry, index, path) for index, entry in enumerate(entries)]
     key_limits = {key.id: Limits.from_table(entry, f"--projects-file {path}: keys[{index}]")
                   for index, (key, entry) in enumerate(zip(keys, entries))}
+    project_priorities = {entry["name"]: _priority(entry, f"--projects-file {path}: projects[{index}]")
+                          for index, entry in enumerate(projects) if "priority" in entry}
+    key_priorities = {key.id: _priority(entry, f"--projects-file {path}: keys[{index}]")
+                      for index, (key, entry) in enumerate(zip(keys, entries)) if "priority" in entry}
     return ProjectsFile(tuple(keys), _project_limits(projects, path),
-                        {key_id: limits for key_id, limits in key_limits.items() if limits})
+                        {key_id: limits for key_id, limits in key_limits.items() if limits},
+                        project_priorities, key_priorities)
+
+
+def _priority(entry: dict[str, Any], where: str) -> int:
+    value = entry["priority"]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{where}: `priority` is a whole number (lower runs first)")
+    return value
 
 
 def _project_limits(projects: list[Any], path: Path) -> dict[str, Limits]:
