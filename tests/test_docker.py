@@ -78,3 +78,25 @@ def test_the_replica_id_comes_from_the_environment() -> None:
         assert build_parser().parse_args([]).replica_id == "replica-from-env"
     finally:
         del os.environ["RESPONSES_SERVER_REPLICA_ID"]
+
+
+def test_fleet_compose_runs_two_gateways_on_postgresql_over_two_scale_out_workers(tmp_path: Path) -> None:
+    from server.models.fleet_file import read_fleet_file
+
+    compose = yaml.safe_load((ROOT / "docker" / "fleet-compose.yaml").read_text())
+    services = compose["services"]
+    gateways = [name for name, service in services.items() if "build" in service]
+    workers = [name for name, service in services.items() if "vllm-openai" in service.get("image", "")]
+    assert len(gateways) == len(workers) == 2 and {"postgres", "nginx"} <= set(services)
+    for name in workers:
+        assert "--enable-scale-out" in services[name]["command"]
+    for name in gateways:
+        service = services[name]
+        args = build_parser().parse_args([*entrypoint()[1:], *shlex.split(service["command"])])
+        assert args.store.startswith("postgresql://") and "@postgres:" in args.store
+        mounted = next(volume.split(":")[0] for volume in service["volumes"] if volume.endswith(f"{args.fleet}:ro"))
+        fleet = read_fleet_file(ROOT / "docker" / mounted)
+        assert [url.split("//")[1].split(":")[0] for url in fleet.models[0].engines] == workers
+        assert "RESPONSES_SERVER_REASONING_KEY" in service["environment"]  # the same key: the same cache salts
+    nginx = (ROOT / "docker" / "nginx.conf").read_text()
+    assert all(f"server {name}:8000" in nginx for name in gateways)

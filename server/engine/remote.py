@@ -186,8 +186,10 @@ def _check_served(worker: Worker, models: Any, model: str) -> None:
 
 
 def _model_config(path: str) -> dict[str, Any]:
-    """The model's config.json, where `path` is a directory that has one (else nothing is known of it)."""
+    """The model's config.json: in `path`'s directory, else as transformers finds it for a hub name (in its cache)."""
     config = Path(path) / "config.json"
-    if not config.is_file():
-        return {}
-    return json.loads(config.read_text())
+    if config.is_file():
+        return json.loads(config.read_text())
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(path).to_dict()
