@@ -38,7 +38,7 @@ class RemoteEngine:
 
     def __init__(self, workers: WorkerSet, tokenizer: Any, model_type: str | None = None,
                  sampling_defaults: dict[str, float] | None = None, max_model_len: int | None = None,
-                 config_window: int | None = None, health_seconds: float = 2.0) -> None:
+                 config_window: int | None = None, health_seconds: float = 2.0, vocab_size: int | None = None) -> None:
         """`max_model_len`: the operator's window (None: the smallest its workers report, else `config_window`)."""
         self.workers = workers
         self.tokenizer = tokenizer
@@ -48,6 +48,7 @@ class RemoteEngine:
         self.image_placeholder: str | None = None
         self._declared_window = max_model_len
         self._config_window = config_window
+        self._vocab_size = vocab_size
         self._health_seconds = health_seconds
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=CONNECT_SECONDS),
                                          limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
@@ -62,7 +63,7 @@ class RemoteEngine:
 
         config = _model_config(path)
         return cls(workers, load_tokenizer(path), config.get("model_type"), model_sampling_defaults(path),
-                   max_model_len, config.get("max_position_embeddings"), health_seconds)
+                   max_model_len, config.get("max_position_embeddings"), health_seconds, config.get("vocab_size"))
 
     @property
     def max_model_len(self) -> int:
@@ -121,7 +122,8 @@ class RemoteEngine:
         reader = ChunkReader(top_logprobs=request.sampling.logprobs or 0)
         worker.running += 1
         try:
-            async with self._client.stream("POST", worker.url + GENERATE_PATH, json=generate_body(request)) as answer:
+            body = generate_body(request, self._vocab_size)
+            async with self._client.stream("POST", worker.url + GENERATE_PATH, json=body) as answer:
                 if answer.status_code != 200:
                     raise WorkerError(f"worker {worker.url} answered {answer.status_code}: "
                                       f"{(await answer.aread())[:500].decode(errors='replace')}")

@@ -24,9 +24,10 @@ class WorkerError(Exception):
     """The worker refused the request or reported an error in its stream (the request's own failure)."""
 
 
-def generate_body(request: EngineRequest) -> dict[str, Any]:
+def generate_body(request: EngineRequest, vocab_size: int | None = None) -> dict[str, Any]:
     """The body of `POST /inference/v1/generate` for `request`: `token_ids` first, as routers that match the body's
-    text as a prefix (vllm-router's cache_aware) expect."""
+    text as a prefix (vllm-router's cache_aware) expect. Banned ids past the model's `vocab_size` are left out (the
+    worker refuses them; they cannot be sampled anyway)."""
     sampling = request.sampling
     params: dict[str, Any] = {"max_tokens": sampling.max_tokens, "detokenize": False, "skip_special_tokens": False}
     for key in _OPTIONAL:
@@ -36,8 +37,9 @@ def generate_body(request: EngineRequest) -> dict[str, Any]:
         params["logprobs"] = sampling.logprobs
     if sampling.stop_token_ids:
         params["stop_token_ids"] = list(sampling.stop_token_ids)
-    if sampling.banned_token_ids:
-        params["logit_bias"] = {str(token_id): -100.0 for token_id in sampling.banned_token_ids}
+    banned = [token_id for token_id in sampling.banned_token_ids if vocab_size is None or token_id < vocab_size]
+    if banned:
+        params["logit_bias"] = {str(token_id): -100.0 for token_id in banned}
     if sampling.thinking_token_budget is not None:
         params["thinking_token_budget"] = sampling.thinking_token_budget
     if sampling.structural_tag is not None:
