@@ -1,0 +1,282 @@
+"""The same agent workload on the embedded engine, on a gateway over two vLLM scale-out workers, and on SGLang's gateway.
+
+    .venv/bin/python bench/fleet.py [--sessions 4] [--turns 4] [--out bench/results]
+
+Arms, one after another in one run, the bundled model on every engine, the same CPU flags:
+- `embedded`: `responses-server` with its engine in its process (one engine: the cache ceiling);
+- `fleet, rendezvous`: `responses-server --fleet` over two workers (`vllm ... --enable-scale-out`), each turn on the
+  worker its conversation hashes to;
+- `fleet, round robin`: the same gateway with one engine URL, vllm-router (`--policy round_robin`) in front of the
+  same two workers: a turn lands on either;
+- `smg`: SGLang's gateway (`smg launch --backend vllm`, PyPI `smg`) over two vLLM gRPC workers of the same model
+  (`vllm.entrypoints.launchers.grpc_server`, with `smg-grpc-servicer`), `--policy cache_aware`, its own Responses API.
+Each arm runs K chained sessions (`previous_response_id`) and K stateless ones (history sent again, `prompt_cache_key`)
+at once, T turns each, each turn adding a paragraph of its own (no arm finds another's cache). Per arm: time to the
+first output delta; the gateway process's own CPU seconds (psutil: user + system, the engine processes not counted)
+per streamed output token; the cached share of turn 2+'s prompt tokens, from the engines' own prefix-cache counters
+(`vllm:prefix_cache_hits_total / queries_total`, summed over the arm's workers). Writes fleet.json and fleet.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.servers import Server  # noqa: E402
+
+CPU = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "4096"]
+OUTPUT_TOKENS = 16
+PORTS = {"gateway": 8811, "w1": 8812, "w2": 8813, "router": 8814, "g1": 8815, "g2": 8816}
+
+
+def paragraph(session: str, turn: int) -> str:
+    """About 250 tokens a turn, the session's own."""
+    facts = " ".join(f"Fact {n} of {session}, turn {turn}: the build step {n} reads module_{n}.py and writes "
+                     f"artifact_{n}." for n in range(10))
+    return f"{facts} Summarize turn {turn} in one sentence."
+
+
+async def turn_of(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One streamed turn: its output tokens and the time to its first output delta."""
+    started, first, final = time.perf_counter(), None, {}
+    async with client.stream("POST", f"{url}/v1/responses", json={**body, "stream": True}) as reply:
+        reply.raise_for_status()
+        async for line in reply.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            event = json.loads(line[5:])
+            if first is None and event["type"].endswith(".delta"):
+                first = time.perf_counter() - started
+            if event["type"] in ("response.completed", "response.incomplete", "response.failed"):
+                final = event["response"]
+    text = "".join(part.get("text", "") for item in final.get("output", []) if item.get("type") == "message"
+                   for part in item.get("content", []))
+    usage = final.get("usage") or {}
+    return {"id": final.get("id"), "text": text, "status": final.get("status"),
+            "output_tokens": usage.get("output_tokens", 0), "input_tokens": usage.get("input_tokens", 0),
+            "cached_tokens": (usage.get("input_tokens_details") or {}).get("cached_tokens", 0),
+            "ttft": first if first is not None else time.perf_counter() - started}
+
+
+async def session(client: httpx.AsyncClient, url: str, model: str, name: str, turns: int,
+                  stateless: bool) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = []
+    previous, rows = None, []
+    for turn in range(1, turns + 1):
+        message = {"role": "user", "content": paragraph(name, turn)}
+        body: dict[str, Any] = {"model": model, "temperature": 0, "max_output_tokens": OUTPUT_TOKENS}
+        if stateless:
+            history.append(message)
+            body.update(input=history, store=False, prompt_cache_key=name)
+        else:
+            body.update(input=[message], **({"previous_response_id": previous} if previous else {}))
+        row = await turn_of(client, url, body)
+        previous = row.pop("id")
+        if stateless:
+            history.append({"role": "assistant", "content": row.pop("text")})
+        rows.append({"turn": turn, "kind": "stateless" if stateless else "chained", **row})
+    return rows
+
+
+def cache_counters(ports: list[int]) -> tuple[float, float]:
+    """vLLM's prefix-cache queries and hits (tokens), summed over the arm's engines."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    queries = hits = 0.0
+    for port in ports:
+        for family in text_string_to_metric_families(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text):
+            for sample in family.samples:
+                if sample.name == "vllm:prefix_cache_queries_total":
+                    queries += sample.value
+                elif sample.name == "vllm:prefix_cache_hits_total":
+                    hits += sample.value
+    return queries, hits
+
+
+def cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+async def run_arm(arm: str, url: str, model: str, gateway_pid: int, engine_ports: list[int], sessions: int,
+                  turns: int) -> dict[str, Any]:
+    """The workload once on one arm: per turn its TTFT; the gateway's CPU per output token; the engines' cache."""
+    warm = await _warm(url, model)  # first-use costs out of the measurement
+    queries_before, hits_before = cache_counters(engine_ports)
+    cpu_before = cpu_seconds(gateway_pid)
+    async with httpx.AsyncClient(timeout=600) as client:
+        runs = [session(client, url, model, f"{arm.replace(' ', '_')}-{kind}{n}", turns, kind == "s")
+                for n in range(sessions) for kind in ("c", "s")]
+        rows = [row for rows in await asyncio.gather(*runs) for row in rows]
+    cpu = cpu_seconds(gateway_pid) - cpu_before
+    queries, hits = (after - before for after, before in zip(cache_counters(engine_ports),
+                                                              (queries_before, hits_before)))
+    tokens = sum(row["output_tokens"] for row in rows)
+    later = [row for row in rows if row["turn"] > 1]
+    ttfts = sorted(row["ttft"] for row in later)
+    return {"arm": arm, "warm_status": warm, "turns": rows, "output_tokens": tokens,
+            "gateway_cpu_seconds": round(cpu, 3), "cpu_us_per_token": round(cpu / max(1, tokens) * 1e6, 1),
+            "cached_share": round(hits / queries, 4) if queries else None,
+            "usage_cached_share": round(sum(r["cached_tokens"] for r in later) / max(1, sum(r["input_tokens"]
+                                                                                          for r in later)), 4),
+            "ttft_p50": round(statistics.median(ttfts), 3), "ttft_p95": round(ttfts[int(0.95 * (len(ttfts) - 1))], 3),
+            "failed": sum(row["status"] not in ("completed", "incomplete") for row in rows)}
+
+
+async def _warm(url: str, model: str) -> str | None:
+    async with httpx.AsyncClient(timeout=600) as client:
+        return (await turn_of(client, url, {"model": model, "input": "Hello", "max_output_tokens": 4}))["status"]
+
+
+def vllm_worker(model: Path, name: str, port: int, log: Path, grpc: bool = False) -> Server:
+    module = "vllm.entrypoints.launchers.grpc_server" if grpc else "vllm.entrypoints.openai.api_server"
+    flags = ["--host", "127.0.0.1"] if grpc else ["--enable-scale-out", "--enable-prompt-tokens-details",
+                                                  "--disable-uvicorn-access-log"]
+    command = [sys.executable, "-m", module, "--model", str(model), "--served-model-name", name, "--port", str(port),
+               *CPU, *flags]
+    if grpc:  # no HTTP /health: wait for the gRPC port, then for its Prometheus port (the servicer's)
+        return _grpc_worker(command, port, log)
+    return Server(command, port, log)
+
+
+def _grpc_worker(command: list[str], port: int, log: Path) -> Any:
+    process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                               env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"})
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the gRPC worker exited; see {log}")
+        if any(conn.laddr.port == port and conn.status == "LISTEN" for conn in psutil.net_connections("tcp")):
+            break
+        time.sleep(1)
+    return _Process(process)
+
+
+class _Process:
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+
+    def __enter__(self) -> "_Process":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def fleet_file(path: Path, name: str, model: Path, engines: list[str]) -> Path:
+    path.write_text(f'health_seconds = 1.0\n\n[[models]]\nname = "{name}"\npath = "{model}"\n'
+                    f'engines = {json.dumps(engines)}\n')
+    return path
+
+
+def main() -> None:
+    options = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    options.add_argument("--sessions", type=int, default=4)
+    options.add_argument("--turns", type=int, default=4)
+    options.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    options.add_argument("--no-smg", action="store_true", help="leave SGLang's gateway out")
+    args = options.parse_args()
+    from server.bundled_model import BUNDLED_MODEL_NAME, ensure_bundled_model
+
+    model, name = ensure_bundled_model(), BUNDLED_MODEL_NAME
+    logs = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
+    os.environ.update(VLLM_CPU_KVCACHE_SPACE="2", RESPONSES_SERVER_DATA=str(logs / "data"))
+    results = []
+
+    def measure(arm: str, url: str, gateway: Server | _Process, ports: list[int]) -> None:
+        print(f"[fleet] {arm} ...", file=sys.stderr, flush=True)
+        results.append(asyncio.run(run_arm(arm, url, name, gateway.process.pid, ports, args.sessions, args.turns)))
+
+    gateway_command = [sys.executable, "-m", "server", "--port", str(PORTS["gateway"])]
+    url = f"http://127.0.0.1:{PORTS['gateway']}"
+    with Server([*gateway_command, "--model", str(model), "--served-model-name", name, *CPU],
+                PORTS["gateway"], logs / "embedded.log") as embedded:
+        measure("embedded", url, embedded, [PORTS["gateway"]])
+    with vllm_worker(model, name, PORTS["w1"], logs / "w1.log"), vllm_worker(model, name, PORTS["w2"], logs / "w2.log"):
+        workers = [f"http://127.0.0.1:{PORTS[w]}" for w in ("w1", "w2")]
+        fleet = fleet_file(logs / "fleet.toml", name, model, workers)
+        with Server([*gateway_command, "--fleet", str(fleet)], PORTS["gateway"], logs / "gateway.log") as gateway:
+            measure("fleet, rendezvous", url, gateway, [PORTS["w1"], PORTS["w2"]])
+        router = subprocess.Popen([str(Path(sys.executable).parent / "vllm-router"), "--host", "127.0.0.1", "--port",
+                                   str(PORTS["router"]), "--policy", "round_robin", "--worker-urls", *workers],
+                                  stdout=(logs / "router.log").open("w"), stderr=subprocess.STDOUT)
+        try:
+            time.sleep(3)
+            routed = fleet_file(logs / "routed.toml", name, model, [f"http://127.0.0.1:{PORTS['router']}"])
+            with Server([*gateway_command, "--fleet", str(routed)], PORTS["gateway"], logs / "routed.log") as gateway:
+                measure("fleet, round robin", url, gateway, [PORTS["w1"], PORTS["w2"]])
+        finally:
+            router.terminate()
+            router.wait(30)
+    if not args.no_smg:
+        smg_arm(model, name, logs, measure)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fleet.json").write_text(json.dumps(results, indent=1) + "\n")
+    print(table(results))
+    plot(results, args.out / "fleet.png")
+
+
+def smg_arm(model: Path, name: str, logs: Path, measure: Any) -> None:
+    """SGLang's gateway over two vLLM gRPC workers (their Prometheus counters on --prometheus-port are vLLM's)."""
+    grpc_ports = [PORTS["g1"], PORTS["g2"]]
+    with vllm_worker(model, name, grpc_ports[0], logs / "g1.log", grpc=True), \
+            vllm_worker(model, name, grpc_ports[1], logs / "g2.log", grpc=True):
+        command = [str(Path(sys.executable).parent / "smg"), "launch", "--backend", "vllm", "--host", "127.0.0.1",
+                   "--port", str(PORTS["gateway"]), "--policy", "cache_aware", "--model-path", str(model),
+                   "--worker-urls", *[f"grpc://127.0.0.1:{port}" for port in grpc_ports]]
+        with Server(command, PORTS["gateway"], logs / "smg.log") as smg:
+            measure("smg", f"http://127.0.0.1:{PORTS['gateway']}", smg, [])
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    lines = ["| arm | output tokens | gateway CPU per token | cached share, turns 2+ (usage) | engines' prefix-cache "
+             "hit ratio, all turns | TTFT p50, turns 2+ | TTFT p95 | failed |", "|---|---|---|---|---|---|---|---|"]
+    for row in results:
+        share = f"{row['cached_share']:.1%}" if row["cached_share"] is not None else "n/a"
+        lines.append(f"| {row['arm']} | {row['output_tokens']} | {row['cpu_us_per_token']} µs | "
+                     f"{row['usage_cached_share']:.1%} | {share} | {row['ttft_p50']} s | {row['ttft_p95']} s | "
+                     f"{row['failed']} |")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (cpu, share) = plt.subplots(1, 2, figsize=(11, 4))
+    arms = [row["arm"] for row in results]
+    cpu.bar(arms, [row["cpu_us_per_token"] for row in results])
+    cpu.set_title("Gateway CPU per streamed output token (µs)", fontsize=9)
+    share.bar(arms, [row["usage_cached_share"] for row in results])
+    share.set_title("Cached share of turns 2+'s prompt tokens (usage)", fontsize=9)
+    for axes in (cpu, share):
+        axes.tick_params(axis="x", labelsize=7, rotation=15)
+        axes.grid(alpha=0.3, axis="y")
+    figure.suptitle("The same agent workload, SmolLM2-135M on the CPU build of vLLM", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
