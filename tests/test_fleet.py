@@ -258,3 +258,28 @@ def test_a_projects_priority_reaches_the_engine_and_a_keys_own_wins(tokenizer: A
         fleet.play(SMALL, _answer(tokenizer, "Yes."))
         fleet.stream(input="hi")
         assert [worker.bodies[-1]["priority"] for worker in fleet.workers if worker.bodies] == [-3]
+
+
+def test_a_worker_dead_before_its_health_check_noticed_costs_a_turn_nothing(tokenizer: Any) -> None:
+    """The connection is refused: nothing reached the worker, so the turn goes to the next choice at once."""
+    import asyncio
+
+    from server.engine.interface import EngineRequest, SamplingSettings
+    from tests.conftest import free_port
+
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[_answer(tokenizer, "Alive.")])
+    with serve_asgi(ScaleOutWorker(engine, SMALL)) as port:
+        dead, live = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{port}"
+        remote = RemoteEngine(WorkerSet.of(SMALL, [dead, live]), tokenizer)
+        for worker in remote.workers.workers:
+            worker.up = True  # as the last health check saw them
+        key = next(f"k{n}" for n in range(100) if remote.workers.choose(f"k{n}").url == dead)
+
+        async def run() -> list[int]:
+            request = EngineRequest("resp_x", [1, 2, 3], SamplingSettings(max_tokens=8), affinity=key)
+            tokens = [token async for step in remote.generate(request) for token in step.token_ids]
+            await remote.shutdown()
+            return tokens
+
+        assert tokenizer.decode(asyncio.run(run()), skip_special_tokens=True) == "Alive."
+        assert [worker.url for worker in remote.workers.up()] == [live]

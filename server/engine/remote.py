@@ -29,6 +29,10 @@ ENGINE_ID_PREFIX = "generate-tokens-"  # the worker's name for a request it was 
 WORKER_LOST = "The engine worker running this response stopped answering; send the request again."
 
 
+class _Refused(Exception):
+    """The worker refused the connection: the request never reached it."""
+
+
 class WorkerMismatch(ValueError):
     """A worker serves another model than the fleet file says: the gateway refuses to start."""
 
@@ -118,7 +122,19 @@ class RemoteEngine:
             worker.went_down(str(exc) or exc.__class__.__name__)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
-        worker = self.workers.choose(request.affinity)
+        """The request's steps from the worker its affinity chooses; a worker that refuses the connection (dead
+        before the health check noticed) is marked down and the next choice is tried, as nothing was generated."""
+        for _ in self.workers.workers:
+            worker = self.workers.choose(request.affinity)
+            try:
+                async for step in self._generate_on(worker, request):
+                    yield step
+                return
+            except _Refused:
+                continue
+        raise EngineUnavailable(f"No engine worker of the model '{self.workers.model}' is up; try again shortly.")
+
+    async def _generate_on(self, worker: Worker, request: EngineRequest) -> AsyncIterator[EngineStep]:
         reader = ChunkReader(top_logprobs=request.sampling.logprobs or 0)
         worker.running += 1
         try:
@@ -136,6 +152,10 @@ class RemoteEngine:
             for step in reader.flush():
                 yield step
             raise EngineUnavailable(WORKER_LOST)  # the stream ended before the worker said it was done
+        except httpx.ConnectError as exc:
+            worker.went_down(f"{exc.__class__.__name__} at the start of a request")
+            reader.done = True  # it never reached the worker: nothing to abort
+            raise _Refused() from exc
         except httpx.TransportError as exc:
             worker.went_down(f"{exc.__class__.__name__} during a request")
             raise EngineUnavailable(WORKER_LOST) from exc
@@ -152,7 +172,10 @@ class RemoteEngine:
                 await self._client.post(worker.url + ABORT_PATH, json={"request_ids": [ENGINE_ID_PREFIX + request_id]},
                                         timeout=PROBE_SECONDS)
 
-        task = asyncio.get_running_loop().create_task(abort())
+        try:
+            task = asyncio.get_running_loop().create_task(abort())
+        except RuntimeError:  # closed outside the event loop (at exit): its connection's end aborts it
+            return
         self._aborts.add(task)
         task.add_done_callback(self._aborts.discard)
 
