@@ -70,3 +70,13 @@ def test_a_fleet_with_no_model_or_not_toml_is_refused(tmp_path: Path) -> None:
         read_fleet_file(_write(tmp_path, "health_seconds = 2\n"))
     with pytest.raises(FleetFileError, match="line 2"):  # tomllib's own position
         read_fleet_file(_write(tmp_path, "[[models]]\nname = \n"))
+
+
+def test_the_server_refuses_to_start_on_a_bad_fleet_file_naming_the_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = _write(tmp_path, GOOD.replace('path = "/models/gpt-oss"\n', ""))
+    done = subprocess.run([sys.executable, "-m", "server", "--fleet", str(path)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2 and f"--fleet {path}, line 10 (models[1]): `path` is missing" in done.stderr
