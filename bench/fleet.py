@@ -39,7 +39,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.servers import Server  # noqa: E402
 
-CPU = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "4096"]
+# Whole prompts in one step: vLLM 0.32's CPU build kills its engine core when a seeded request's prompt is split
+# (tests/vllm_workers.py); every arm's engine gets the same.
+CPU = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "4096", "--no-enable-chunked-prefill",
+       "--max-num-batched-tokens", "4096"]
 OUTPUT_TOKENS = 16
 PORTS = {"gateway": 8811, "w1": 8812, "w2": 8813, "router": 8814, "g1": 8815, "g2": 8816}
 
