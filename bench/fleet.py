@@ -186,7 +186,7 @@ class _Process:
 
 
 def fleet_file(path: Path, name: str, model: Path, engines: list[str]) -> Path:
-    path.write_text(f'health_seconds = 1.0\n\n[[models]]\nname = "{name}"\npath = "{model}"\n'
+    path.write_text(f'[[models]]\nname = "{name}"\npath = "{model}"\n'
                     f'engines = {json.dumps(engines)}\n')
     return path
 

@@ -229,7 +229,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     processes = f" from {args.api_server_count} API processes" if args.api_server_count > 1 else ""
-    names = ", ".join(f"'{start.settings.name}'" for start in context.model_starts) or f"'{context.config.served_model_name}'"
+    names = ", ".join(f"'{start.settings.name}'" for start in context.model_starts)
+    names = names or f"'{context.config.served_model_name}'"
     print(f"[responses-server] serving {names} on http://{args.host}:{args.port}/v1{processes}", file=sys.stderr,
           flush=True)
     if args.api_server_count > 1:

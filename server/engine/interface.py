@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Literal, Protocol
+from contextlib import aclosing
+from dataclasses import dataclass, field, replace
+from typing import Any, AsyncIterator, Callable, Literal, Protocol
 
 EngineFinish = Literal["stop", "length", "abort", "error"]
 
@@ -75,6 +76,18 @@ class Prefilled:
 
     prompt_tokens: int
     cached_tokens: int = 0
+
+
+async def prefill_by_generating(generate: Callable[[EngineRequest], AsyncIterator[EngineStep]],
+                                request: EngineRequest) -> Prefilled:
+    """A prefill for an engine that can only generate: the prompt is computed as for generation, with one token
+    sampled and dropped (closing the steps aborts the rest)."""
+    sampling = replace(request.sampling, max_tokens=1, logprobs=None, structural_tag=None, thinking_token_budget=None)
+    prompt_tokens, cached = len(request.prompt_token_ids), 0
+    async with aclosing(generate(replace(request, sampling=sampling))) as steps:
+        async for step in steps:
+            prompt_tokens, cached = step.prompt_tokens or prompt_tokens, max(cached, step.cached_tokens)
+    return Prefilled(prompt_tokens, cached)
 
 
 class EngineUnavailable(Exception):

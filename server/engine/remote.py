@@ -12,19 +12,21 @@ import asyncio
 import json
 import logging
 from contextlib import suppress
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 import httpx
 
-from server.engine.interface import EngineRequest, EngineStep, EngineUnavailable, Prefilled
+from server.engine.interface import EngineRequest, EngineStep, EngineUnavailable, Prefilled, prefill_by_generating
 from server.engine.scale_out import ABORT_PATH, GENERATE_PATH, ChunkReader, WorkerError, generate_body
 from server.engine.workers import Worker, WorkerSet
 
 logger = logging.getLogger(__name__)
 CONNECT_SECONDS = 2.0  # a worker that does not accept a connection within this is down
 PROBE_SECONDS = 2.0  # /health, /metrics and /v1/models must answer within this
+# A busy gateway reads its workers' queues every this many health checks: a worker's /metrics is tens of kilobytes,
+# and read at every check it was most of a gateway's CPU per token at 15 tokens/s (bench/fleet.py).
+LOAD_EVERY = 5
 ENGINE_ID_PREFIX = "generate-tokens-"  # the worker's name for a request it was sent as `request_id`
 WORKER_LOST = "The engine worker running this response stopped answering; send the request again."
 
@@ -57,6 +59,7 @@ class RemoteEngine:
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=CONNECT_SECONDS),
                                          limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
         self._watching: asyncio.Task[None] | None = None
+        self._checks = 0
         self._aborts: set[asyncio.Task[None]] = set()
 
     @classmethod
@@ -100,12 +103,15 @@ class RemoteEngine:
 
     async def _watch(self) -> None:
         while True:
-            await asyncio.gather(*(self._probe(worker) for worker in self.workers.workers))
+            read_load = self._checks % LOAD_EVERY == 0 and self.workers.busy()
+            await asyncio.gather(*(self._probe(worker, read_load) for worker in self.workers.workers))
+            self._checks += 1
             await asyncio.sleep(self._health_seconds)
 
-    async def _probe(self, worker: Worker) -> None:
-        """One look at a worker: down unless /health answers 200; its waiting requests from /metrics; a worker that
-        comes back is checked to serve the model still."""
+    async def _probe(self, worker: Worker, read_load: bool) -> None:
+        """One look at a worker: down unless /health answers 200; a worker that comes back is checked to serve the
+        model still. With `read_load`, its waiting requests from /metrics (read while this gateway has requests on
+        the model: that is when turns are being placed; an idle gateway forgets them)."""
         try:
             health = await self._client.get(f"{worker.url}/health", timeout=PROBE_SECONDS)
             if health.status_code != 200:
@@ -114,9 +120,12 @@ class RemoteEngine:
             if not worker.up:
                 models = await self._client.get(f"{worker.url}/v1/models", timeout=PROBE_SECONDS)
                 _check_served(worker, models.json(), self.workers.model)
-            metrics = await self._client.get(f"{worker.url}/metrics", timeout=PROBE_SECONDS)
-            if metrics.status_code == 200:
-                self.workers.update_waiting(worker, metrics.text)
+            if read_load:
+                metrics = await self._client.get(f"{worker.url}/metrics", timeout=PROBE_SECONDS)
+                if metrics.status_code == 200:
+                    self.workers.update_waiting(worker, metrics.text)
+            elif not self.workers.busy():
+                worker.waiting = 0  # not known now: read again once turns are placed
             worker.came_up()
         except (httpx.HTTPError, ValueError) as exc:
             worker.went_down(str(exc) or exc.__class__.__name__)
@@ -180,17 +189,8 @@ class RemoteEngine:
         task.add_done_callback(self._aborts.discard)
 
     async def prefill(self, request: EngineRequest) -> Prefilled:
-        """The prompt is computed as for generation, on the worker the request's turn goes to; the one token
-        sampled is dropped."""
-        sampling = replace(request.sampling, max_tokens=1, logprobs=None, structural_tag=None, thinking_token_budget=None)
-        prompt_tokens, cached = len(request.prompt_token_ids), 0
-        steps = self.generate(replace(request, sampling=sampling))
-        try:
-            async for step in steps:
-                prompt_tokens, cached = step.prompt_tokens or prompt_tokens, max(cached, step.cached_tokens)
-        finally:
-            await steps.aclose()
-        return Prefilled(prompt_tokens, cached)
+        """On the worker the request's turn goes to, so the turn that extends it finds it there."""
+        return await prefill_by_generating(self.generate, request)
 
     async def prompt_length(self, request: EngineRequest) -> int:
         return len(request.prompt_token_ids)

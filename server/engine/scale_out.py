@@ -107,7 +107,8 @@ def _logprobs(logprobs: dict[str, Any] | None, top_k: int) -> list[StepLogprob]:
         return []
     steps = []
     for entry in logprobs["content"]:
-        ranked = sorted({(other["rank"], other["token_id"], other["logprob"]) for other in entry.get("top_logprobs") or []
+        candidates = entry.get("top_logprobs") or []
+        ranked = sorted({(other["rank"], other["token_id"], other["logprob"]) for other in candidates
                          if other.get("rank") is not None and 0 < other["rank"] <= top_k})
         top = tuple((token_id, logprob) for _, token_id, logprob in ranked)
         steps.append(StepLogprob(token_id=entry["token_id"], logprob=entry["logprob"], top=top))

@@ -10,12 +10,11 @@ import logging
 import os
 import socket
 import time
-from contextlib import aclosing
-from dataclasses import replace
 from functools import lru_cache
 from typing import Any, AsyncIterator, Callable
 
-from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, EngineStep, Prefilled, StepLogprob
+from server.engine.interface import (SAMPLING_DEFAULT_KEYS, EngineRequest, EngineStep, Prefilled, StepLogprob,
+                                     prefill_by_generating)
 
 logger = logging.getLogger(__name__)
 
@@ -147,13 +146,8 @@ class VllmEngine:
             first = False
 
     async def prefill(self, request: EngineRequest) -> Prefilled:
-        """The prompt is computed as for generation; vLLM samples at least one token, which is dropped."""
-        sampling = replace(request.sampling, max_tokens=1, logprobs=None, structural_tag=None, thinking_token_budget=None)
-        prompt_tokens, cached = len(request.prompt_token_ids), 0
-        async with aclosing(self.generate(replace(request, sampling=sampling))) as steps:  # closing aborts
-            async for step in steps:
-                prompt_tokens, cached = step.prompt_tokens or prompt_tokens, max(cached, step.cached_tokens)
-        return Prefilled(prompt_tokens, cached)
+        """vLLM samples at least one token, which is dropped."""
+        return await prefill_by_generating(self.generate, request)
 
     async def prompt_length(self, request: EngineRequest) -> int:
         """Images are expanded by vLLM's processor for the model, as for generation, but past its cache: that cache

@@ -65,6 +65,10 @@ class WorkerSet:
     def up(self) -> list[Worker]:
         return [worker for worker in self.workers if worker.up]
 
+    def busy(self) -> bool:
+        """Whether this gateway is streaming from any of the workers now."""
+        return any(worker.running for worker in self.workers)
+
     def choose(self, affinity: str | None) -> Worker:
         """The worker for a request with this affinity key (None: the least loaded); EngineUnavailable when none of
         the model's workers is up."""
