@@ -16,7 +16,8 @@ from server.serving import ServingContext
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine
-from tests.test_server import MODEL, SEALER, Harness, harness  # noqa: F401  (the fixture)
+from tests.test_server import MODEL, SEALER, Harness  # noqa: F401
+from tests.test_server import in_process_harness as harness  # noqa: F401  (the fixture, by this name)
 from tests.test_store import say
 from conformance.contract import validate_events
 

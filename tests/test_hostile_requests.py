@@ -12,7 +12,8 @@ import pytest
 
 from tests.test_harmony import harmony  # noqa: F401  (the fixture)
 from tests.test_images import PLACEHOLDER as VISION_PLACEHOLDER, Vision, image_url, vision  # noqa: F401
-from tests.test_server import MODEL, Harness, answer_tokens, harness  # noqa: F401  (the fixture)
+from tests.test_server import MODEL, Harness, answer_tokens  # noqa: F401
+from tests.test_server import in_process_harness as harness  # noqa: F401  (the fixture, by this name)
 from server.attachments.work_pool import WorkLimits
 from server.config import ServerConfig
 from server.store.factory import open_store

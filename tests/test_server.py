@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from typing import Any, Iterator
 
 import httpx
@@ -67,16 +68,31 @@ class Harness:
 SEALER = Sealer.ephemeral()  # the app's reasoning key, so tests can send back what it sealed
 
 
-@pytest.fixture(scope="module", params=["in_process", "scale_out"])
-def harness(request: pytest.FixtureRequest, tokenizer: Any) -> Iterator[Harness]:
+@contextmanager
+def served_harness(tokenizer: Any, how: str) -> Iterator[Harness]:
     """The app on the scripted engine: in its process, or behind a scale-out worker (tests/scale_out_worker.py)
     that the server's remote engine drives over HTTP, as it drives vLLM's workers in a fleet."""
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
-    with engine_served(engine, request.param) as start_engine:
+    with engine_served(engine, how) as start_engine:
         context = ServingContext(config=ServerConfig(served_model_name=MODEL, keepalive_seconds=0.2),
                                  engine_factory=start_engine, ids=counting_ids(), sealer=SEALER)
         with serve_in_thread(create_app(context)) as base_url:
             yield Harness(engine, base_url)
+
+
+@pytest.fixture(scope="module", params=["in_process", "scale_out"])
+def harness(request: pytest.FixtureRequest, tokenizer: Any) -> Iterator[Harness]:
+    """This module's tests run on both engines."""
+    with served_harness(tokenizer, request.param) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def in_process_harness(tokenizer: Any) -> Iterator[Harness]:
+    """For modules that count the engine's requests and prefills (the scripted engine's own records): a remote
+    engine's prefill is a generation of one token, which the scripted engine would count as a request."""
+    with served_harness(tokenizer, "in_process") as served:
+        yield served
 
 
 def test_streamed_text_follows_the_contract(harness: Harness, tokenizer: Any) -> None:
