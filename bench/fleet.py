@@ -37,7 +37,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.servers import Server  # noqa: E402
+from bench.servers import Server, stop_process  # noqa: E402
 
 # Whole prompts in one step: vLLM 0.32's CPU build kills its engine core when a seeded request's prompt is split
 # (tests/vllm_workers.py); every arm's engine gets the same.
@@ -178,11 +178,7 @@ class _Process:
         return self
 
     def __exit__(self, *_: Any) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop_process(self.process)
 
 
 def fleet_file(path: Path, name: str, model: Path, engines: list[str]) -> Path:

@@ -38,8 +38,13 @@ class Server:
         return self
 
     def __exit__(self, *_: Any) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop_process(self.process)
+
+
+def stop_process(process: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within a minute."""
+    process.terminate()
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()

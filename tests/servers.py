@@ -85,13 +85,7 @@ class RunningServer:
     def kill(self) -> None:
         """SIGKILL the server and its engine processes, as a crashed machine would stop them (killed alone, the
         server's main process leaves vLLM's engine core and worker running, with their memory)."""
-        family = [self.process.pid] + [child.pid for child in psutil.Process(self.process.pid).children(recursive=True)]
-        for pid in family:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.process.wait(30)
+        kill_process_tree(self.process)
 
     def stop(self) -> None:
         self.process.terminate()
@@ -99,6 +93,17 @@ class RunningServer:
             self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.process.kill()
+
+
+def kill_process_tree(process: subprocess.Popen[Any]) -> None:
+    """SIGKILL a process and its children (vLLM's engine core and workers), then reap it."""
+    family = [process.pid] + [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
+    for pid in family:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait(30)
 
 
 def start_together(*starts: Callable[[], RunningServer]) -> list[RunningServer]:

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
-import psutil
 
 from tests.conftest import free_port
+from tests.servers import kill_process_tree
 
 START_TIMEOUT = 600
 CPU_FLAGS = ("--dtype", "float32", "--enforce-eager")  # as the server's own CPU defaults (server/engine/vllm_engine.py)
@@ -65,13 +64,7 @@ class VllmWorker:
     def kill(self) -> None:
         """SIGKILL the worker and its engine processes."""
         assert self.process is not None
-        family = [self.process.pid] + [child.pid for child in psutil.Process(self.process.pid).children(recursive=True)]
-        for pid in family:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.process.wait(30)
+        kill_process_tree(self.process)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
