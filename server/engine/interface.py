@@ -7,6 +7,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Callable, Literal, Protocol
 
 EngineFinish = Literal["stop", "length", "abort", "error"]
+_VLLM_FINISHES: dict[str, EngineFinish] = {"stop": "stop", "length": "length", "abort": "abort"}
+
+
+def engine_finish(vllm_reason: str | None) -> EngineFinish | None:
+    """vLLM's finish reason (in process or from a worker) as the engine's: any other than these three is an error."""
+    return _VLLM_FINISHES.get(vllm_reason, "error") if vllm_reason else None
 
 
 # The sampling settings a model's generation_config.json may set, which apply when a request does not.

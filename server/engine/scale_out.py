@@ -12,11 +12,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineFinish, EngineRequest, EngineStep, StepLogprob
+from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, EngineStep, StepLogprob, engine_finish
 
 GENERATE_PATH = "/inference/v1/generate"
 ABORT_PATH = "/inference/v1/abort_requests"
-_FINISH_REASONS: dict[str, EngineFinish] = {"stop": "stop", "length": "length", "abort": "abort"}
 _OPTIONAL = (*SAMPLING_DEFAULT_KEYS, "presence_penalty", "frequency_penalty", "seed")
 
 
@@ -81,7 +80,7 @@ class ChunkReader:
         for choice in chunk.get("choices") or []:
             finish = choice.get("finish_reason")
             step = EngineStep(token_ids=list(choice.get("token_ids") or []),
-                              finish_reason=_FINISH_REASONS.get(finish, "error") if finish else None,
+                              finish_reason=engine_finish(finish),
                               logprobs=_logprobs(choice.get("logprobs"), self.top_logprobs))
             if step.finish_reason is not None:
                 self._held = step

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any, AsyncIterator, Callable
 
 from server.engine.interface import (SAMPLING_DEFAULT_KEYS, EngineRequest, EngineStep, Prefilled, StepLogprob,
-                                     prefill_by_generating)
+                                     engine_finish, prefill_by_generating)
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +25,6 @@ CPU_DEFAULTS: dict[str, Any] = {
     "gpu_memory_utilization": 0.3,  # on CPU: the share of RAM for the KV cache
 }
 _PLATFORM_DEPENDENT = tuple(CPU_DEFAULTS)
-_FINISH_REASONS = {"stop": "stop", "length": "length", "abort": "abort"}
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -138,7 +137,7 @@ class VllmEngine:
             finish = completion.finish_reason
             yield EngineStep(
                 token_ids=list(completion.token_ids),
-                finish_reason=_FINISH_REASONS.get(finish, "error") if finish else None,
+                finish_reason=engine_finish(finish),
                 cached_tokens=(output.num_cached_tokens or 0) if first else 0,
                 logprobs=_step_logprobs(completion.token_ids, completion.logprobs, request.sampling.logprobs or 0),
                 prompt_tokens=len(output.prompt_token_ids) if first and output.prompt_token_ids else None,
