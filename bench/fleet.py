@@ -77,12 +77,12 @@ async def turn_of(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> 
 
 
 async def session(client: httpx.AsyncClient, url: str, model: str, name: str, turns: int,
-                  stateless: bool) -> list[dict[str, Any]]:
+                  stateless: bool, output_tokens: int = OUTPUT_TOKENS) -> list[dict[str, Any]]:
     history: list[dict[str, Any]] = []
     previous, rows = None, []
     for turn in range(1, turns + 1):
         message = {"role": "user", "content": paragraph(name, turn)}
-        body: dict[str, Any] = {"model": model, "temperature": 0, "max_output_tokens": OUTPUT_TOKENS}
+        body: dict[str, Any] = {"model": model, "temperature": 0, "max_output_tokens": output_tokens}
         if stateless:
             history.append(message)
             body.update(input=history, store=False, prompt_cache_key=name)
@@ -117,13 +117,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def run_arm(arm: str, url: str, model: str, gateway_pid: int, engine_ports: list[int], sessions: int,
-                  turns: int) -> dict[str, Any]:
+                  turns: int, output_tokens: int = OUTPUT_TOKENS) -> dict[str, Any]:
     """The workload once on one arm: per turn its TTFT; the gateway's CPU per output token; the engines' cache."""
     warm = await _warm(url, model)  # first-use costs out of the measurement
     queries_before, hits_before = cache_counters(engine_ports)
     cpu_before = cpu_seconds(gateway_pid)
     async with httpx.AsyncClient(timeout=600) as client:
-        runs = [session(client, url, model, f"{arm.replace(' ', '_')}-{kind}{n}", turns, kind == "s")
+        runs = [session(client, url, model, f"{arm.replace(' ', '_')}-{kind}{n}", turns, kind == "s",
+                        output_tokens)
                 for n in range(sessions) for kind in ("c", "s")]
         rows = [row for rows in await asyncio.gather(*runs) for row in rows]
     cpu = cpu_seconds(gateway_pid) - cpu_before
@@ -193,6 +194,8 @@ def main() -> None:
     options.add_argument("--turns", type=int, default=4)
     options.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     options.add_argument("--no-smg", action="store_true", help="leave SGLang's gateway out")
+    options.add_argument("--output-tokens", type=int, default=OUTPUT_TOKENS, help="each turn's max_output_tokens")
+    options.add_argument("--name", default="fleet", help="the results' name: NAME.json and NAME.png")
     args = options.parse_args()
     from server.bundled_model import BUNDLED_MODEL_NAME, ensure_bundled_model
 
@@ -203,7 +206,8 @@ def main() -> None:
 
     def measure(arm: str, url: str, gateway: Server | _Process, ports: list[int]) -> None:
         print(f"[fleet] {arm} ...", file=sys.stderr, flush=True)
-        results.append(asyncio.run(run_arm(arm, url, name, gateway.process.pid, ports, args.sessions, args.turns)))
+        results.append(asyncio.run(run_arm(arm, url, name, gateway.process.pid, ports, args.sessions, args.turns,
+                                               args.output_tokens)))
 
     gateway_command = [sys.executable, "-m", "server", "--port", str(PORTS["gateway"])]
     url = f"http://127.0.0.1:{PORTS['gateway']}"
@@ -229,9 +233,9 @@ def main() -> None:
     if not args.no_smg:
         smg_arm(model, name, logs, measure)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "fleet.json").write_text(json.dumps(results, indent=1) + "\n")
+    (args.out / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
     print(table(results))
-    plot(results, args.out / "fleet.png")
+    plot(results, args.out / f"{args.name}.png")
 
 
 def smg_arm(model: Path, name: str, logs: Path, measure: Any) -> None:

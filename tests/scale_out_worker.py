@@ -33,12 +33,14 @@ class ScaleOutWorker:
     chunks_sent: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)  # every generate body, as sent
     abort_requests: list[str] = field(default_factory=list)
+    generate_clients: list[tuple[str, int]] = field(default_factory=list)  # each generate's client (host, port)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
         path, body = scope["path"], await _body(receive)
         if path == "/inference/v1/generate":
+            self.generate_clients.append(tuple(scope["client"]))
             await self._generate(json.loads(body), receive, send)
         elif path == "/inference/v1/abort_requests":
             self.abort_requests.extend(json.loads(body)["request_ids"])

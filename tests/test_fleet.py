@@ -283,3 +283,29 @@ def test_a_worker_dead_before_its_health_check_noticed_costs_a_turn_nothing(toke
 
         assert tokenizer.decode(asyncio.run(run()), skip_special_tokens=True) == "Alive."
         assert [worker.url for worker in remote.workers.up()] == [live]
+
+
+def test_a_workers_connection_serves_one_request_after_another(tokenizer: Any) -> None:
+    """Each request reads its stream to the end, so its connection goes back to the pool for the next one."""
+    import asyncio
+
+    from server.engine.interface import EngineRequest, SamplingSettings
+
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[_answer(tokenizer, "One."), _answer(tokenizer, "Two."),
+                                                          _answer(tokenizer, "Three.")])
+    worker = ScaleOutWorker(engine, SMALL)
+    with serve_asgi(worker) as port:
+        remote = RemoteEngine(WorkerSet.of(SMALL, [f"http://127.0.0.1:{port}"]), tokenizer)
+        remote.workers.workers[0].up = True
+
+        async def run() -> list[str]:
+            texts = []
+            for n in range(3):
+                request = EngineRequest(f"resp_{n}", [1, 2, 3], SamplingSettings(max_tokens=8))
+                tokens = [token async for step in remote.generate(request) for token in step.token_ids]
+                texts.append(tokenizer.decode(tokens, skip_special_tokens=True))
+            await remote.shutdown()
+            return texts
+
+        assert asyncio.run(run()) == ["One.", "Two.", "Three."]
+    assert len(worker.generate_clients) == 3 and len(set(worker.generate_clients)) == 1, worker.generate_clients

@@ -15,10 +15,12 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, AsyncIterator
 
+import aiohttp
 import httpx
 
 from server.engine.interface import EngineRequest, EngineStep, EngineUnavailable, Prefilled, prefill_by_generating
-from server.engine.scale_out import ABORT_PATH, GENERATE_PATH, ChunkReader, WorkerError, generate_body
+from server.engine.scale_out import (ABORT_PATH, GENERATE_PATH, ChunkReader, WorkerError, generate_body,
+                                     sse_payloads)
 from server.engine.workers import Worker, WorkerSet
 
 logger = logging.getLogger(__name__)
@@ -27,6 +29,7 @@ PROBE_SECONDS = 2.0  # /health, /metrics and /v1/models must answer within this
 # A busy gateway reads its workers' queues every this many health checks: a worker's /metrics is tens of kilobytes,
 # and read at every check it was most of a gateway's CPU per token at 15 tokens/s (bench/fleet.py).
 LOAD_EVERY = 5
+TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)  # the worker's connection failed or timed out
 ENGINE_ID_PREFIX = "generate-tokens-"  # the worker's name for a request it was sent as `request_id`
 WORKER_LOST = "The engine worker running this response stopped answering; send the request again."
 
@@ -40,7 +43,10 @@ class WorkerMismatch(ValueError):
 
 
 class RemoteEngine:
-    """Streams token-id steps from the model's workers; closing the iterator aborts the request on its worker."""
+    """Streams token-id steps from the model's workers; closing the iterator aborts the request on its worker.
+
+    aiohttp carries the streams: its parser is compiled, and per streamed token it cost half of httpx's CPU in the
+    gateway (bench/fleet.py); httpx checks the workers once, before the event loop runs."""
 
     def __init__(self, workers: WorkerSet, tokenizer: Any, model_type: str | None = None,
                  sampling_defaults: dict[str, float] | None = None, max_model_len: int | None = None,
@@ -56,8 +62,7 @@ class RemoteEngine:
         self._config_window = config_window
         self._vocab_size = vocab_size
         self._health_seconds = health_seconds
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=CONNECT_SECONDS),
-                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        self._session: aiohttp.ClientSession | None = None  # made in the serving event loop, at its first use
         self._watching: asyncio.Task[None] | None = None
         self._checks = 0
         self._aborts: set[asyncio.Task[None]] = set()
@@ -113,22 +118,34 @@ class RemoteEngine:
         model still. With `read_load`, its waiting requests from /metrics (read while this gateway has requests on
         the model: that is when turns are being placed; an idle gateway forgets them)."""
         try:
-            health = await self._client.get(f"{worker.url}/health", timeout=PROBE_SECONDS)
-            if health.status_code != 200:
-                worker.went_down(f"/health answered {health.status_code}")
+            status, _ = await self._get(f"{worker.url}/health")
+            if status != 200:
+                worker.went_down(f"/health answered {status}")
                 return
             if not worker.up:
-                models = await self._client.get(f"{worker.url}/v1/models", timeout=PROBE_SECONDS)
-                _check_served(worker, models.json(), self.workers.model)
+                _, models = await self._get(f"{worker.url}/v1/models")
+                _check_served(worker, json.loads(models), self.workers.model)
             if read_load:
-                metrics = await self._client.get(f"{worker.url}/metrics", timeout=PROBE_SECONDS)
-                if metrics.status_code == 200:
-                    self.workers.update_waiting(worker, metrics.text)
+                status, metrics = await self._get(f"{worker.url}/metrics")
+                if status == 200:
+                    self.workers.update_waiting(worker, metrics.decode(errors="replace"))
             elif not self.workers.busy():
                 worker.waiting = 0  # not known now: read again once turns are placed
             worker.came_up()
-        except (httpx.HTTPError, ValueError) as exc:
+        except (*TRANSPORT_ERRORS, ValueError) as exc:
             worker.went_down(str(exc) or exc.__class__.__name__)
+
+    async def _get(self, url: str) -> tuple[int, bytes]:
+        async with self._http().get(url, timeout=aiohttp.ClientTimeout(total=PROBE_SECONDS)) as answer:
+            return answer.status, await answer.read()
+
+    def _http(self) -> aiohttp.ClientSession:
+        """The session to the workers: no limit on connections, each kept for the next request."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_SECONDS), auto_decompress=False)
+        return self._session
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         """The request's steps from the worker its affinity chooses; a worker that refuses the connection (dead
@@ -145,27 +162,34 @@ class RemoteEngine:
 
     async def _generate_on(self, worker: Worker, request: EngineRequest) -> AsyncIterator[EngineStep]:
         reader = ChunkReader(top_logprobs=request.sampling.logprobs or 0)
+        last: list[EngineStep] = []
         worker.running += 1
         try:
             body = generate_body(request, self._vocab_size)
-            async with self._client.stream("POST", worker.url + GENERATE_PATH, json=body) as answer:
-                if answer.status_code != 200:
-                    raise WorkerError(f"worker {worker.url} answered {answer.status_code}: "
-                                      f"{(await answer.aread())[:500].decode(errors='replace')}")
-                async for line in answer.aiter_lines():
-                    if line.startswith("data: "):
-                        for step in reader.read(line[6:]):
-                            yield step
-                        if reader.done:
-                            return
-            for step in reader.flush():
+            async with self._http().post(worker.url + GENERATE_PATH, json=body) as answer:
+                if answer.status != 200:
+                    raise WorkerError(f"worker {worker.url} answered {answer.status}: "
+                                      f"{(await answer.read())[:500].decode(errors='replace')}")
+                async for payload in sse_payloads(answer.content.iter_any()):
+                    if reader.done:
+                        continue
+                    steps = reader.read(payload)
+                    if reader.done:  # `[DONE]`: its step waits for the stream's end, which frees the connection
+                        last = steps
+                        continue
+                    for step in steps:
+                        yield step
+            if not reader.done:
+                for step in reader.flush():
+                    yield step
+                raise EngineUnavailable(WORKER_LOST)  # the stream ended before the worker said it was done
+            for step in last:
                 yield step
-            raise EngineUnavailable(WORKER_LOST)  # the stream ended before the worker said it was done
-        except httpx.ConnectError as exc:
+        except aiohttp.ClientConnectorError as exc:
             worker.went_down(f"{exc.__class__.__name__} at the start of a request")
             reader.done = True  # it never reached the worker: nothing to abort
             raise _Refused() from exc
-        except httpx.TransportError as exc:
+        except TRANSPORT_ERRORS as exc:
             worker.went_down(f"{exc.__class__.__name__} during a request")
             raise EngineUnavailable(WORKER_LOST) from exc
         finally:
@@ -177,9 +201,10 @@ class RemoteEngine:
         """Tells the worker to abort a request it may still run (closing the connection aborts it too, but a router
         between may keep its own open)."""
         async def abort() -> None:
-            with suppress(httpx.HTTPError):
-                await self._client.post(worker.url + ABORT_PATH, json={"request_ids": [ENGINE_ID_PREFIX + request_id]},
-                                        timeout=PROBE_SECONDS)
+            with suppress(*TRANSPORT_ERRORS):
+                async with self._http().post(worker.url + ABORT_PATH, timeout=aiohttp.ClientTimeout(PROBE_SECONDS),
+                                             json={"request_ids": [ENGINE_ID_PREFIX + request_id]}):
+                    pass
 
         try:
             task = asyncio.get_running_loop().create_task(abort())
@@ -198,7 +223,8 @@ class RemoteEngine:
     async def shutdown(self) -> None:
         if self._watching is not None:
             self._watching.cancel()
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
 
 
 def _check_served(worker: Worker, models: Any, model: str) -> None:

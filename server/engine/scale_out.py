@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, AsyncIterable, AsyncIterator
 
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, EngineStep, StepLogprob, engine_finish
 
@@ -55,6 +55,17 @@ def generate_body(request: EngineRequest, vocab_size: int | None = None) -> dict
     if request.priority:
         body["priority"] = request.priority
     return body
+
+
+async def sse_payloads(body: AsyncIterable[bytes]) -> AsyncIterator[str]:
+    """The `data:` payloads of an SSE body as it arrives in pieces of any size (the worker writes one line each)."""
+    pending = b""
+    async for piece in body:
+        lines = (pending + piece).split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            if line.startswith(b"data: "):
+                yield line[6:].rstrip(b"\r").decode()
 
 
 @dataclass
