@@ -264,7 +264,8 @@ class ResponseBuilder:
         assert self._state.started and not self.finished, "finish() needs start() and runs once"
         events: list[ResponseStreamEvent] = []
         cut = finished.reason not in ("stop", "prepared")
-        if not self._state.items and self._state.open_item is None and finished.reason in ("stop", "length"):
+        nothing = not self._state.items and self._state.open_item is None and self._state.awaited is None
+        if nothing and finished.reason in ("stop", "length"):
             # An answer with no visible text is still one (empty) message.
             events.extend(self._open_item("message"))
             events.extend(self._ensure_part("output_text"))

@@ -229,3 +229,17 @@ def test_any_chunking_gives_the_same_stream_and_response(
     assert validate_events(whole) and validate_events(chunked)
     assert collapsed_types(chunked) == collapsed_types(whole)
     assert chunked[-1]["response"] == whole[-1]["response"]
+
+
+@pytest.mark.parametrize("reason", ["length", "error", "steered", "cancelled"])
+def test_a_hosted_call_the_pass_ended_before_its_result_ends_incomplete_never_run(reason: str) -> None:
+    """The budget (or a stop) closed a hosted call's arguments: the call is reported incomplete, no message is made
+    up after it, and the response still ends with one terminal event (a property of every hosted kind)."""
+    for kind in ("file_search", "mcp", "web_search", "code_interpreter"):
+        events = build_events([ToolCallStarted("search", kind=kind, namespace="docs" if kind == "mcp" else None),
+                               ToolCallArguments('{"queries": ["a"'), ItemEnded()], Finished(reason))
+        validate_events(events)
+        done = [event["item"] for event in events if event["type"] == "response.output_item.done"]
+        assert [item["status"] for item in done] == ["incomplete"], (kind, done)
+        assert [event["type"] for event in events].count("response.output_item.added") == 1
+        assert events[-1]["type"] != "response.failed" or reason in ("error", "cancelled")

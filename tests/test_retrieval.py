@@ -36,7 +36,7 @@ from server.errors import RequestError
 from server.tenancy.projects_file import ProjectsFile
 from tests.conftest import serve_in_thread
 from tests.retrieval_doubles import WordsEmbedder, words_model
-from tests.scripted_engine import ScriptedEngine
+from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.test_hosted_tools import call_text, prompt_text, script
 from tests.hostile import pdf_file
 from tests.sse import events_of, parse_frames
@@ -556,3 +556,51 @@ def test_a_file_search_tool_is_checked_before_anything_runs(served: Served) -> N
         response = served.post(input="hi", tools=[tool])
         assert response.status_code in (400, 404), response.text
         assert response.json()["error"]["param"] == param, (tool, response.text)
+
+
+def test_a_search_call_cut_by_the_budget_ends_incomplete_alike_streamed_or_not(served: Served, tokenizer: Any) -> None:
+    """The budget ends the pass after the call's arguments, before its end tag: the call is never run, and the response is incomplete
+    with the call incomplete, the same over JSON and SSE (streamed, it was a server error)."""
+    store = served.store_of(DOCS)
+    whole = call_text("file_search", {"queries": ["rocket thrust and the propellant it burns"]})
+    arguments = tokenizer.encode(whole.removesuffix("\n</tool_call>"), add_special_tokens=False)  # the JSON, whole
+    cut = steps_from_tokens(arguments, cuts=[3, 7, 20], finish="length")
+    body = dict(input="What powers rockets?", tools=[_tool(store)], tool_choice={"type": "file_search"},
+                max_output_tokens=len(arguments), include=["file_search_call.results"])
+    served.play(cut)
+    streamed = validate_events(served.raw_stream(**body))
+    served.play(cut)
+    unstreamed = served.client.responses.create(model=MODEL, **body)
+    for response in (streamed, unstreamed):
+        assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
+        assert [(item.type, item.status) for item in response.output] == [("file_search_call", "incomplete")]
+
+
+
+AFTER_A_CALL = ["", "Done.", call_text("file_search", {"queries": ["cats"]}), "\n\n<tool_call>\n{\"name\": \"fi"]
+
+
+@pytest.mark.parametrize("after", AFTER_A_CALL)
+def test_any_output_after_a_search_call_at_any_budget_ends_by_the_contract_alike_on_both_transports(
+        served: Served, tokenizer: Any, after: str) -> None:
+    """Whatever the model writes after a hosted call in the same pass, wherever the budget cuts it (every cut from
+    inside the call's arguments to the end), the response ends as the contract says (never failed), and JSON and SSE
+    give the same response."""
+    store = served.store_of(DOCS)
+    call = tokenizer.encode(call_text("file_search", {"queries": ["rocket thrust"]}), add_special_tokens=False)
+    tokens = tokenizer.encode(call_text("file_search", {"queries": ["rocket thrust"]}) + after,
+                              add_special_tokens=False) + [tokenizer.eos_token_id]
+    for cut in range(len(call) - 8, len(tokens) + 1):
+        first = steps_from_tokens(tokens[:cut], cuts=[2, 9], finish="length" if cut < len(tokens) else "stop")
+        body = dict(input="What powers rockets?", tools=[_tool(store)], max_output_tokens=cut,
+                    include=["file_search_call.results"])
+        endings = []
+        for transport in ("sse", "json"):
+            served.play(first, script(tokenizer, "Rockets burn propellant [1]."))
+            if transport == "sse":
+                response = validate_events(served.raw_stream(**body))
+            else:
+                response = served.client.responses.create(model=MODEL, **body)
+            assert response.status in ("completed", "incomplete"), (cut, response.status, response.error)
+            endings.append((response.status, [(item.type, item.status) for item in response.output]))
+        assert endings[0] == endings[1], cut
