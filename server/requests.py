@@ -154,10 +154,12 @@ class CustomToolCallItem(_Lenient):
     name: str
     input: str = ""
     id: ItemId | None = None
+    namespace: str | None = None
 
     @property
     def model_name(self) -> str:
-        return self.name
+        """The name the model wrote (namespace members are flattened, as the tools are offered)."""
+        return model_name(self.name, self.namespace)
 
 
 class CustomToolCallOutputItem(ToolOutput):

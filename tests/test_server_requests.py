@@ -199,3 +199,27 @@ def test_input_token_count_is_what_the_response_reports(app: Harness, tokenizer:
     bad = httpx.post(f"{app.base_url}/responses/input_tokens", json={"tool_choice": "bogus", "input": "x"},
                      timeout=30)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tool_choice"
+
+
+def test_a_custom_tool_in_a_namespace_is_offered_called_and_sent_back_as_outside_one(app: Harness,
+                                                                                     tokenizer: Any) -> None:
+    tools = [{"type": "namespace", "name": "edits", "description": "file edits", "tools": [
+        {"type": "custom", "name": "apply_patch", "description": "Apply a patch.",
+         "format": {"type": "grammar", "syntax": "regex", "definition": "\\*\\*\\* Begin Patch[a-z ]*"}}]}]
+    call = '<tool_call>\n{"name": "edits__apply_patch", "arguments": {"input": "*** Begin Patch ok"}}\n</tool_call>'
+    app.play(answer(tokenizer, call))
+    first = app.client.responses.create(model=MODEL, tools=tools, input="patch it")
+    prompt = tokenizer.decode(app.engine.requests[-1].prompt_token_ids)
+    assert "edits__apply_patch" in prompt, "offered to the model"
+    item = first.output[0]
+    assert (item.type, item.name, item.namespace, item.input) == (  # type: ignore[union-attr]
+        "custom_tool_call", "apply_patch", "edits", "*** Begin Patch ok")
+    app.play(answer(tokenizer, "Patched."))
+    app.client.responses.create(model=MODEL, tools=tools, store=False, input=[
+        {"role": "user", "content": "patch it"}, item.model_dump(exclude_none=True),
+        {"type": "custom_tool_call_output", "call_id": item.call_id, "output": "applied"}])  # type: ignore[union-attr]
+    prompt = tokenizer.decode(app.engine.requests[-1].prompt_token_ids)
+    assert prompt.count("edits__apply_patch") == 2 and "applied" in prompt  # offered, and called in the history
+    forced = app.post(input="patch it", tools=tools, tool_choice={"type": "custom", "name": "apply_patch"})
+    assert forced.status_code == 200, forced.json()
+    assert app.engine.requests[-1].sampling.structural_tag is not None, "its grammar holds when it is forced"

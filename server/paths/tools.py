@@ -9,8 +9,8 @@ from parsers.tools import CUSTOM_TOOL_PARAMETERS, CallKind, ToolSpec, ToolTable,
 from server.requests import ResponsesRequest
 
 # A namespace's member types -> what their calls are (an MCP server's tools, as server/tools/hosted.py shows them).
-_MEMBER_KINDS: dict[str, CallKind] = {"function": "function", "mcp": "mcp", "mcp_approval": "mcp_approval",
-                                      "web_search": "web_search"}
+_MEMBER_KINDS: dict[str, CallKind] = {"function": "function", "custom": "custom", "mcp": "mcp",
+                                      "mcp_approval": "mcp_approval", "web_search": "web_search"}
 
 
 def tool_table(request: ResponsesRequest) -> ToolTable | None:
