@@ -476,6 +476,12 @@ class ContextManagement(_Lenient):
     compact_threshold: int | None = Field(default=None, ge=1000)
 
 
+class StreamOptions(_Lenient):
+    """How a streamed response is sent: `include_obfuscation` pads each delta to hide its length (on unless false)."""
+
+    include_obfuscation: bool = True
+
+
 class ResponsesRequest(_Lenient):
     """The request fields the server acts on; everything else a client sends is accepted and ignored.
 
@@ -486,6 +492,7 @@ class ResponsesRequest(_Lenient):
     input: Union[str, list[InputItem]] = ""
     instructions: str | None = None
     stream: bool = False
+    stream_options: StreamOptions | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)

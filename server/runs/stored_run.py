@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from random import randrange
 from typing import Any, AsyncIterator, Callable, MutableMapping
 
 from openai.types.responses import Response, ResponseFailedEvent, ResponseStreamEvent
@@ -17,6 +18,7 @@ from server.store.interface import StoreRejected, StoreUnavailable, StoredRespon
 from server.tenancy.project_store import ProjectStore
 from streaming.event_types import TERMINAL_EVENTS
 from streaming.response import WireResponse
+from streaming.obfuscation import OFFSETS, obfuscated
 from streaming.sse import event_json
 
 logger = logging.getLogger(__name__)
@@ -56,6 +58,7 @@ class StoredRun:
     background: bool = False
     conversation: ConversationLink | None = None
     mode: str = "json"  # how the client asked: stream, json or background (a metrics label)
+    obfuscate: bool = False  # each delta's JSON is padded to hide its length (streamed, unless the client said not)
     _log: list[str] = field(default_factory=list)  # the events' JSON so far, when kept
     _saved: int = 0  # how many of the log's first events the store holds (a background log is written as it grows)
     owner: str | None = None  # the replica generating it, for a background response
@@ -86,6 +89,8 @@ class StoredRun:
         try:
             async for event in self.run.events():
                 data = event_json(event)
+                if self.obfuscate and event.type.endswith(".delta"):
+                    data = obfuscated(data, randrange(OFFSETS))
                 if self.keep_event_log:
                     self._log.append(data)
                 timing.observe(event.type)
