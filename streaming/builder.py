@@ -96,6 +96,7 @@ _TEXT_TARGETS: dict[type, tuple[ItemKind, PartKind]] = {
 # The item each kind of call becomes (parsers/tools.py's CallKind).
 _CALL_ITEMS: dict[str, ItemKind] = {"function": "function_call", "custom": "custom_tool_call", "mcp": "mcp_call",
                                     "mcp_approval": "mcp_approval_request", "shell": "shell_call",
+                                    "local_shell": "local_shell_call",
                                     "apply_patch": "apply_patch_call", "web_search": "web_search_call",
                                     "code_interpreter": "code_interpreter_call", "file_search": "file_search_call"}
 _FAILURE_MESSAGES = {"abort": "generation was aborted", "error": "generation failed",

@@ -1,5 +1,5 @@
 """What the items of calls with item types of their own hold, read from the arguments the model wrote: a shell
-call's `action`, an apply_patch call's `operation`, a web search's `action`, a python call's `code`."""
+or local shell call's `action`, an apply_patch call's `operation`, a web search's `action`, a python call's `code`."""
 
 from __future__ import annotations
 
@@ -21,6 +21,25 @@ def shell_action(arguments: str) -> dict[str, Any]:
     action: dict[str, Any] = {"commands": commands}
     if isinstance(values.get("timeout_ms"), int):
         action["timeout_ms"] = values["timeout_ms"]
+    return action
+
+
+def local_shell_action(arguments: str) -> dict[str, Any]:
+    """A local_shell call's `action` (exec one command, as argv) from the model's arguments (text that is not the
+    schema's: one command as one word)."""
+    try:
+        values = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        values = None
+    command = values.get("command") if isinstance(values, dict) else None
+    if isinstance(command, str):
+        command = [command]
+    if not isinstance(command, list) or not all(isinstance(word, str) for word in command):
+        command = [arguments] if arguments else []
+    action: dict[str, Any] = {"type": "exec", "command": command, "env": {}}
+    for key, kind in (("timeout_ms", int), ("working_directory", str)):
+        if isinstance(values, dict) and isinstance(values.get(key), kind):
+            action[key] = values[key]
     return action
 
 

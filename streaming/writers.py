@@ -45,9 +45,11 @@ from openai.types.responses import (
     ResponseShellCallCommandDoneEvent,
     ResponseStreamEvent,
 )
-from openai.types.responses.response_output_item import McpApprovalRequest, McpCall, McpListTools, McpListToolsTool
+from openai.types.responses.response_output_item import (LocalShellCall, McpApprovalRequest, McpCall, McpListTools,
+                                                         McpListToolsTool)
 
-from streaming.client_calls import patch_operation, python_code, search_queries, shell_action, web_search_action
+from streaming.client_calls import (local_shell_action, patch_operation, python_code, search_queries, shell_action,
+                                    web_search_action)
 from streaming.items import ItemKind, ItemRecord, ItemStatus, ListedTools, ToolResult, part_model
 
 CONTAINER_ID = "local"  # python runs on the operator's tool server, not in an OpenAI container
@@ -238,6 +240,20 @@ class ShellCallWriter(ItemWriter):
         return events
 
 
+class LocalShellCallWriter(ItemWriter):
+    """A `local_shell` call the client runs (the Agents SDK's LocalShellTool): its `action`, one command to exec."""
+
+    calls_tool = True
+    takes_input = True
+
+    def model(self, item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
+        action = local_shell_action("".join(item.arguments) if status != "in_progress" else "")
+        return LocalShellCall(type="local_shell_call", id=item.id, call_id=item.call_id, action=action, status=status)
+
+    def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> list[ResponseStreamEvent]:
+        return []  # the action is said whole, in the item
+
+
 class ApplyPatchCallWriter(ItemWriter):
     """An `apply_patch` call the client runs: its `operation` read from the model's arguments."""
 
@@ -365,5 +381,6 @@ def item_writers(seal_reasoning: Callable[[str], str] | None = None) -> dict[Ite
                                            ResponseCustomToolCallInputDoneEvent),
             "mcp_call": McpCallWriter(), "mcp_approval_request": McpApprovalWriter(),
             "mcp_list_tools": McpListToolsWriter(), "shell_call": ShellCallWriter(),
+            "local_shell_call": LocalShellCallWriter(),
             "apply_patch_call": ApplyPatchCallWriter(), "web_search_call": WebSearchWriter(),
             "code_interpreter_call": CodeInterpreterWriter(), "file_search_call": FileSearchWriter()}

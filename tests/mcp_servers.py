@@ -28,10 +28,12 @@ CORPUS = {
 def tools_server() -> Any:
     """An MCP server with a calculator, a failing tool, a corpus search and a Python runner."""
     from mcp.server.mcpserver import MCPServer
+    from mcp.types import ToolAnnotations
 
     server = MCPServer("test-tools")
+    read_only = ToolAnnotations(readOnlyHint=True)
 
-    @server.tool(description="Add two integers.")
+    @server.tool(description="Add two integers.", annotations=read_only)
     def add(a: int, b: int) -> int:
         return a + b
 
@@ -39,7 +41,7 @@ def tools_server() -> Any:
     def explode(reason: str) -> str:
         raise ValueError(f"exploded: {reason}")
 
-    @server.tool(description="Search a small local corpus; returns the matching passages.")
+    @server.tool(description="Search a small local corpus; returns the matching passages.", annotations=read_only)
     def search(query: str) -> str:
         words = query.lower().split()
         hits = [text for key, text in CORPUS.items() if any(word in key or word in text.lower() for word in words)]

@@ -471,3 +471,16 @@ def test_another_projects_approval_request_is_a_missing_one(tokenizer: Any, mcp:
                                 "resp_" + "0" * (len(asked["id"]) - 5) if response_id else None)
             assert theirs == missing and theirs[0] in (400, 404), (response_id, theirs)
         assert "tools/call" not in mcp.recorder.methods[methods_before:], "alpha's call was never run"
+
+
+def test_allowed_tools_read_only_shows_the_model_only_the_tools_annotated_read_only(served: Harness,
+                                                                                    tokenizer: Any) -> None:
+    served.play(script(tokenizer, "Four."))
+    final = served.client.responses.create(model=MODEL, input="Sum?", tools=[mcp_tool(allowed_tools={
+        "read_only": True})])
+    listed = {tool.name for tool in final.output[0].tools}  # type: ignore[union-attr]
+    assert listed == {"add", "search"}, listed
+    prompt = prompt_text(served, tokenizer)
+    assert "calc__add" in prompt and "calc__explode" not in prompt
+    refused = served.post(input="Sum?", tools=[mcp_tool(allowed_tools={"read_only": "yes"})])
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "tools[0].allowed_tools.read_only"

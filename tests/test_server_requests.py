@@ -223,3 +223,23 @@ def test_a_custom_tool_in_a_namespace_is_offered_called_and_sent_back_as_outside
     forced = app.post(input="patch it", tools=tools, tool_choice={"type": "custom", "name": "apply_patch"})
     assert forced.status_code == 200, forced.json()
     assert app.engine.requests[-1].sampling.structural_tag is not None, "its grammar holds when it is forced"
+
+
+def test_a_local_shell_tool_is_offered_and_its_calls_come_out_as_local_shell_call_items(app: Harness,
+                                                                                        tokenizer: Any) -> None:
+    """The Agents SDK's LocalShellTool sends `{"type": "local_shell"}`: the model gets it, the client runs its calls."""
+    call = '<tool_call>\n{"name": "local_shell", "arguments": {"command": ["ls", "-la"]}}\n</tool_call>'
+    app.play(answer(tokenizer, call))
+    first = app.client.responses.create(model=MODEL, tools=[{"type": "local_shell"}], input="list files")
+    assert "local_shell" in tokenizer.decode(app.engine.requests[-1].prompt_token_ids), "offered to the model"
+    item = first.output[0]
+    assert item.type == "local_shell_call" and item.status == "completed"  # type: ignore[union-attr]
+    assert item.action.type == "exec" and item.action.command == ["ls", "-la"]  # type: ignore[union-attr]
+    app.play(answer(tokenizer, "Two files."))
+    second = app.client.responses.create(model=MODEL, tools=[{"type": "local_shell"}], store=False, input=[
+        {"role": "user", "content": "list files"}, item.model_dump(exclude_none=True),
+        {"type": "local_shell_call_output", "id": item.call_id, "output": "a.txt\nb.txt"}])  # type: ignore[union-attr]
+    assert second.output_text == "Two files."
+    assert "a.txt" in tokenizer.decode(app.engine.requests[-1].prompt_token_ids)
+    forced = app.post(input="list", tools=[{"type": "local_shell"}], tool_choice={"type": "local_shell"})
+    assert forced.status_code == 200, forced.json()

@@ -14,10 +14,9 @@ from server.errors import RequestError
 from server.requests import ResponsesRequest
 
 # Tool choices naming a tool the server does not run (OpenAI's hosted tools).
-_HOSTED_TOOL_CHOICES = frozenset({"computer_use_preview", "computer", "image_generation", "local_shell",
-                                  "tool_search"})
+_HOSTED_TOOL_CHOICES = frozenset({"computer_use_preview", "computer", "image_generation", "tool_search"})
 # Tool choices naming a tool by its type -> the kind of the calls it makes.
-_TOOL_KIND_CHOICES = {"shell": "shell", "apply_patch": "apply_patch", "code_interpreter": "code_interpreter",
+_TOOL_KIND_CHOICES = {"shell": "shell", "local_shell": "local_shell", "apply_patch": "apply_patch", "code_interpreter": "code_interpreter",
                       "file_search": "file_search",
                       **{kind: "web_search" for kind in ("web_search", "web_search_preview",
                                                          "web_search_preview_2025_03_11", "web_search_2025_08_26")}}

@@ -24,7 +24,7 @@ def tool_table(request: ResponsesRequest) -> ToolTable | None:
             specs.append(ToolSpec(tool["name"], parameter_types=_parameter_types(tool)))
         elif kind == "custom" and tool.get("name"):
             specs.append(ToolSpec(tool["name"], kind="custom"))
-        elif kind in ("shell", "apply_patch", "code_interpreter", "file_search") and tool.get("name"):  # named by
+        elif kind in ("shell", "local_shell", "apply_patch", "code_interpreter", "file_search") and tool.get("name"):  # named by
             # server/tools
             specs.append(ToolSpec(tool["name"], kind=kind, parameter_types=_parameter_types(tool)))
         elif kind == "namespace" and tool.get("name"):  # Codex's groups, and the tools of an MCP server

@@ -1,4 +1,4 @@
-"""Tools with item types of their own that the client runs (`shell`, `apply_patch`): what the model is shown of
+"""Tools with item types of their own that the client runs (`shell`, `local_shell`, `apply_patch`): what the model is shown of
 them (a function with a fixed schema), and their calls and outputs in the function vocabulary the paths render."""
 
 from __future__ import annotations
@@ -12,6 +12,12 @@ SHELL_PARAMETERS: dict[str, Any] = {
                    "timeout_ms": {"type": "integer"}},
     "required": ["commands"],
 }
+LOCAL_SHELL_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"command": {"type": "array", "items": {"type": "string"}},
+                   "working_directory": {"type": "string"}, "timeout_ms": {"type": "integer"}},
+    "required": ["command"],
+}
 APPLY_PATCH_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {"type": {"type": "string", "enum": ["create_file", "update_file", "delete_file"]},
@@ -21,6 +27,8 @@ APPLY_PATCH_PARAMETERS: dict[str, Any] = {
 _SHOWN = {
     "shell": ("Run shell commands in the user's environment; each command's stdout, stderr and exit code come back.",
               SHELL_PARAMETERS),
+    "local_shell": ("Run one command (its program and arguments, as a list) in the user's environment; its output "
+                    "comes back.", LOCAL_SHELL_PARAMETERS),
     "apply_patch": ("Create, update or delete one file: `diff` is the new file's content (create_file) or a V4A "
                     "diff of the changes (update_file).", APPLY_PATCH_PARAMETERS),
 }
@@ -28,7 +36,7 @@ CLIENT_TOOLS = tuple(_SHOWN)
 
 
 def shown(tool: dict[str, Any]) -> dict[str, Any]:
-    """A `shell` or `apply_patch` tool as the paths offer it: named as its type, with its description and schema."""
+    """A `shell`, `local_shell` or `apply_patch` tool as the paths offer it: named as its type, with its description and schema."""
     description, parameters = _SHOWN[tool["type"]]
     return {**tool, "name": tool["type"], "description": description, "parameters": parameters}
 

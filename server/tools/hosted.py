@@ -116,7 +116,7 @@ async def hosted_tools(conversation: ResponsesRequest, body: ResponsesRequest, s
     for server in hosted.servers.values():
         tools = earlier[server.label].tools if server.label in earlier else ()
         tools = next((done.tools for done in hosted.listings if done.server_label == server.label), tools)
-        hosted.offered[server.label] = tuple(tool for tool in tools if server.shows(str(tool.get("name"))))
+        hosted.offered[server.label] = tuple(tool for tool in tools if server.shows(tool))
     hosted.approved = _approved(items, body, hosted.servers)
     return hosted
 
@@ -126,7 +126,7 @@ async def _listing(server: McpServer, settings: McpSettings) -> ListedTools:
         tools = await list_tools(server, settings)
     except McpUnavailable as exc:
         return ListedTools(server.label, error=f"Error retrieving tool list from MCP server: '{server.label}'. {exc}")
-    return ListedTools(server.label, tuple(tool for tool in tools if server.shows(tool["name"])))
+    return ListedTools(server.label, tuple(tool for tool in tools if server.shows(tool)))
 
 
 def _approved(items: list[Any], body: ResponsesRequest, servers: dict[str, McpServer]) -> list[McpApprovalRequestItem]:

@@ -33,7 +33,7 @@ async def list_tools(server: McpServer, settings: McpSettings) -> list[dict[str,
     except Exception as exc:  # any failure to reach or list is the same answer to the client
         raise McpUnavailable(_why(exc, settings.connect_seconds)) from None
     return [{"name": tool.name, "input_schema": tool.input_schema, "description": tool.description,
-             "annotations": tool.annotations.model_dump(exclude_none=True) if tool.annotations else None}
+             "annotations": tool.annotations.model_dump(exclude_none=True, by_alias=True) if tool.annotations else None}
             for tool in listed.tools]
 
 

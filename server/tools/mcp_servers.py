@@ -36,9 +36,13 @@ class McpServer:
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     allowed: frozenset[str] | None = None  # tool names the model may see (None: all)
     approval: Any = "always"  # "always", "never", or {"always": {"tool_names": [...]}, "never": {...}}
+    read_only: bool = False  # only the tools the server annotates read-only (`readOnlyHint`) are seen
 
-    def shows(self, tool_name: str) -> bool:
-        return self.allowed is None or tool_name in self.allowed
+    def shows(self, tool: Mapping[str, Any]) -> bool:
+        """Whether the model sees this listed tool (a dict in the SDK's McpListToolsTool shape)."""
+        if self.read_only and not (tool.get("annotations") or {}).get("readOnlyHint"):
+            return False
+        return self.allowed is None or str(tool.get("name")) in self.allowed
 
     def needs_approval(self, tool_name: str) -> bool:
         """Whether a call of this tool waits for the client's approval (a name no filter names: it does)."""
@@ -67,8 +71,9 @@ def _server(tool: dict[str, Any], where: str, settings: McpSettings) -> McpServe
     if not isinstance(label, str) or not label.replace("_", "").replace("-", "").isalnum():
         raise RequestError("An MCP tool needs a server_label of letters, digits, '_' and '-'.",
                            param=f"{where}.server_label")
-    return McpServer(label, _url(tool, label, where, settings), _headers(tool, where),
-                     _allowed(tool.get("allowed_tools"), where), _approval(tool.get("require_approval"), where))
+    allowed = tool.get("allowed_tools")
+    return McpServer(label, _url(tool, label, where, settings), _headers(tool, where), _allowed(allowed, where),
+                     _approval(tool.get("require_approval"), where), _read_only(allowed, where))
 
 
 def _url(tool: dict[str, Any], label: str, where: str, settings: McpSettings) -> str:
@@ -122,6 +127,14 @@ def _allowed(allowed: Any, where: str) -> frozenset[str] | None:
         raise RequestError("allowed_tools must be a list of tool names or {'tool_names': [...]}.",
                            param=f"{where}.allowed_tools")
     return frozenset(allowed)
+
+
+def _read_only(allowed: Any, where: str) -> bool:
+    """`allowed_tools: {"read_only": true}`: only tools whose annotations say they change nothing."""
+    flag = allowed.get("read_only", False) if isinstance(allowed, dict) else False
+    if not isinstance(flag, bool):
+        raise RequestError("allowed_tools.read_only must be true or false.", param=f"{where}.allowed_tools.read_only")
+    return flag
 
 
 def _approval(approval: Any, where: str) -> Any:
