@@ -243,3 +243,30 @@ def test_a_local_shell_tool_is_offered_and_its_calls_come_out_as_local_shell_cal
     assert "a.txt" in tokenizer.decode(app.engine.requests[-1].prompt_token_ids)
     forced = app.post(input="list", tools=[{"type": "local_shell"}], tool_choice={"type": "local_shell"})
     assert forced.status_code == 200, forced.json()
+
+
+@pytest.mark.parametrize("tool, needs", [
+    ({"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"},
+     "computer-use model"),
+    ({"type": "computer"}, "computer-use model"),
+    ({"type": "image_generation"}, "image generation model"),
+    ({"type": "programmatic_tool_calling"}, "OpenAI's hosted"),
+    ({"type": "bogus_tool"}, "unknown tool type"),
+])
+def test_a_tool_the_server_cannot_offer_or_run_is_a_400_naming_it_and_what_would_enable_it(
+        app: Harness, tool: dict[str, Any], needs: str) -> None:
+    response = app.post(input="go", tools=[WEATHER, tool])
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["param"] == "tools[1]", error
+    assert tool["type"] in error["message"] and needs.lower() in error["message"].lower(), error["message"]
+
+
+def test_a_web_search_tool_with_no_browser_is_accepted_not_offered_and_the_response_says_so(app: Harness,
+                                                                                            tokenizer: Any) -> None:
+    app.play(answer(tokenizer, "ok"))
+    response = app.post(input="go", tools=[{"type": "web_search"}, {"type": "tool_search", "execution": "client"}])
+    assert response.status_code == 200 and response.json()["status"] == "completed"
+    assert response.headers["x-tools-not-offered"] == "web_search, tool_search"
+    assert "web_search" not in tokenizer.decode(app.engine.requests[-1].prompt_token_ids)
+    app.play(answer(tokenizer, "ok"))
+    assert "x-tools-not-offered" not in app.post(input="go", tools=[WEATHER]).headers

@@ -65,10 +65,10 @@ async def create_response(request: Request) -> Response:
     if body.background:  # saved at once as in progress, then generated detached from this request
         live = await context.background.start(stored)
         if body.stream:  # the stream only follows it
-            return event_stream(stored_frames(live.follow(-1)), context.config, stored.rate_headers)
+            return event_stream(stored_frames(live.follow(-1)), context.config, stored.headers)
         return _json(stored)
     if body.stream:
-        return event_stream(_sse_frames(stored), context.config, stored.rate_headers)
+        return event_stream(_sse_frames(stored), context.config, stored.headers)
     if not await _run_while_connected(stored, request.receive):
         return client_gone()
     return _json(stored)
@@ -91,7 +91,7 @@ async def compact(request: Request) -> Any:
     compaction = await prepare_compaction(serving_context(request), body, caller(request))
     if not await _run_while_connected(compaction.stored, request.receive):
         return client_gone()
-    return JSONResponse(compaction.result(), headers=compaction.stored.rate_headers)
+    return JSONResponse(compaction.result(), headers=compaction.stored.headers)
 
 
 async def _read_body(request: Request) -> ResponsesRequest:
@@ -103,7 +103,7 @@ async def _read_body(request: Request) -> ResponsesRequest:
 
 
 def _json(stored: StoredRun) -> JSONResponse:
-    return JSONResponse(json.loads(stored.response().to_json(indent=None)), headers=stored.rate_headers)
+    return JSONResponse(json.loads(stored.response().to_json(indent=None)), headers=stored.headers)
 
 
 async def _sse_frames(stored: StoredRun) -> AsyncIterator[Any]:

@@ -111,7 +111,8 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
     mode = "websocket" if earlier is not None else mode
     obfuscate = mode != "json" and (body.stream_options is None or body.stream_options.include_obfuscation)
     return StoredRun(run, store, input_items, body.previous_response_id, keep_event_log=keep_log,
-                     background=body.background, conversation=link, mode=mode, obfuscate=obfuscate, retry_later=context.pending_saves.add,
+                     background=body.background, conversation=link, mode=mode, obfuscate=obfuscate,
+                     tools_not_offered=hosted.not_offered, retry_later=context.pending_saves.add,
                      kept_in=earlier, replica=context.replicas.replica_id if context.replicas else None)
 
 

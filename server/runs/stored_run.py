@@ -18,6 +18,7 @@ from server.store.interface import StoreRejected, StoreUnavailable, StoredRespon
 from server.tenancy.project_store import ProjectStore
 from streaming.event_types import TERMINAL_EVENTS
 from streaming.response import WireResponse
+from server.tools.support import NOT_OFFERED_HEADER
 from streaming.obfuscation import OFFSETS, obfuscated
 from streaming.sse import event_json
 
@@ -58,6 +59,7 @@ class StoredRun:
     background: bool = False
     conversation: ConversationLink | None = None
     mode: str = "json"  # how the client asked: stream, json or background (a metrics label)
+    tools_not_offered: tuple[str, ...] = ()  # the request's tool types accepted and not offered (a header says so)
     obfuscate: bool = False  # each delta's JSON is padded to hide its length (streamed, unless the client said not)
     _log: list[str] = field(default_factory=list)  # the events' JSON so far, when kept
     _saved: int = 0  # how many of the log's first events the store holds (a background log is written as it grows)
@@ -70,9 +72,13 @@ class StoredRun:
     _taken_over: Response | None = None  # the stored ending, when another replica failed this response
 
     @property
-    def rate_headers(self) -> dict[str, str]:
-        """The x-ratelimit-* headers of its project's limits per minute (none when it has none)."""
-        return self.run.ticket.headers if self.run.ticket is not None else {}
+    def headers(self) -> dict[str, str]:
+        """The answer's headers: the x-ratelimit-* of its project's limits per minute (none when it has none), and
+        the tool types it accepted and did not offer the model."""
+        headers = dict(self.run.ticket.headers) if self.run.ticket is not None else {}
+        if self.tools_not_offered:
+            headers[NOT_OFFERED_HEADER] = ", ".join(self.tools_not_offered)
+        return headers
 
     @property
     def project(self) -> str | None:

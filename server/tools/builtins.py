@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from server.errors import RequestError
 
 WEB_SEARCH_TYPES = ("web_search", "web_search_preview", "web_search_preview_2025_03_11", "web_search_2025_08_26")
 BROWSER, PYTHON = "browser", "python"  # the tool servers' names, and harmony's namespaces for them
@@ -32,16 +31,6 @@ def builtin_server(tool: dict[str, Any]) -> str | None:
     """The tool server a request tool needs (`browser`, `python`), or None for a tool that is no built-in."""
     kind = tool.get("type")
     return BROWSER if kind in WEB_SEARCH_TYPES else PYTHON if kind == "code_interpreter" else None
-
-
-def check_builtins(tools: list[dict[str, Any]], servers: dict[str, str]) -> None:
-    """A `code_interpreter` tool with no python server behind it is a 400 naming the tool. A `web_search` tool with no
-    browser server is not offered, as before there were tool servers: Codex sends one in every request by default."""
-    for index, tool in enumerate(tools):
-        needed = builtin_server(tool)
-        if needed == PYTHON and needed not in servers:
-            raise RequestError(f"This server runs no {tool['type']} tool: its operator names no {needed} tool "
-                               f"server (--tool-server {needed}=URL).", param=f"tools[{index}]")
 
 
 def shown_builtin(tool: dict[str, Any]) -> dict[str, Any]:

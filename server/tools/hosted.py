@@ -19,9 +19,10 @@ from server.requests import (
     McpListToolsItem,
     ResponsesRequest,
 )
-from server.tools.builtins import FILE_SEARCH, PYTHON, builtin_server, check_builtins, shown_builtin
+from server.tools.builtins import FILE_SEARCH, PYTHON, builtin_server, shown_builtin
 from server.tools.file_search import FileSearch, shown_file_search
 from server.tools.client_tools import CLIENT_TOOLS, shown
+from server.tools.support import checked_tools
 from server.tools.function_view import function_items, result_text
 from server.tools.mcp_client import McpUnavailable, call_tool, list_tools
 from server.tools.mcp_servers import McpServer, McpSettings, mcp_servers
@@ -41,6 +42,7 @@ class HostedTools:
     builtins: bool = False  # the request offers gpt-oss's built-in tools (web_search, code_interpreter)
     results: dict[str, str] = field(default_factory=dict)  # call item id -> what the model read of its result
     file_search: FileSearch | None = None  # the request's file_search tool, run on the project's vector stores
+    not_offered: tuple[str, ...] = ()  # tool types the request sent that are accepted and not offered
 
     @property
     def runs_tools(self) -> bool:
@@ -104,9 +106,9 @@ async def hosted_tools(conversation: ResponsesRequest, body: ResponsesRequest, s
                        file_search: FileSearch | None = None) -> HostedTools:
     """The request's hosted tools: servers checked (400s), listed where the history holds no listing of them; its
     `file_search` tool (checked by server/tools/file_search.py)."""
-    check_builtins(body.tools, dict(settings.tool_servers))
+    not_offered = checked_tools(body.tools, settings.tool_servers)
     hosted = HostedTools(settings, {server.label: server for server in mcp_servers(body.tools, settings)},
-                         file_search=file_search)
+                         file_search=file_search, not_offered=not_offered)
     hosted.builtins = any(builtin_server(tool) in settings.tool_servers for tool in body.tools)
     items = conversation.input_items()
     earlier = {item.server_label: item for item in items if isinstance(item, McpListToolsItem) and item.error is None}
