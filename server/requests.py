@@ -141,9 +141,24 @@ class ToolOutput(_Lenient):
 
 
 class FunctionCallOutputItem(ToolOutput):
-    """The client's result for a function call."""
+    """The client's result for a function call; or a tool's output given unasked (Codex's goal objective): named by
+    `name` and `namespace`, with no `call_id`."""
 
     type: Literal["function_call_output"]
+    call_id: str | None = None  # type: ignore[assignment]
+    name: str | None = None
+    namespace: str | None = None
+
+    @model_validator(mode="after")
+    def _answers_a_call_or_names_its_tool(self) -> "FunctionCallOutputItem":
+        if self.call_id is None and not self.name:
+            raise ValueError("a function_call_output needs the call_id of its call (or the name of its tool)")
+        return self
+
+    @property
+    def tool_name(self) -> str | None:
+        """The name the model knows its tool by, for an output given unasked (None: it answers `call_id`)."""
+        return model_name(self.name, self.namespace) if self.call_id is None and self.name else None
 
 
 class CustomToolCallItem(_Lenient):

@@ -50,6 +50,10 @@ CODEX_ITEMS: dict[str, tuple[list[dict[str, Any]], list[str]]] = {
          "tools": [{"type": "function", "name": "late_tool", "parameters": {"type": "object", "properties": {}}}]},
     ], []),
     "configuration_update": ([{"type": "configuration_update", "reasoning": {"effort": "low"}}], []),
+    # A tool's output given unasked (Codex's goal objective, as codex 0.1xx sends it): named, with no call.
+    "tool_output_without_a_call": ([{"type": "function_call_output", "id": "fco_x", "name": "goal_objective",
+                                     "namespace": "agent", "output": "Count the files in the tree."}],
+                                   ["Count the files in the tree."]),
     "message_with_phase": ([
         {"type": "message", "role": "assistant", "phase": "commentary",
          "content": [{"type": "output_text", "text": "Looking around."}]},

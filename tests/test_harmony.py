@@ -476,3 +476,20 @@ def test_a_custom_tools_call_is_rendered_as_its_freeform_body() -> None:
     text = harmony_encoding().decode(path.render(request).token_ids)
     assert 'to=functions.apply_patch<|message|>*** Begin Patch\n"x"<|call|>' in text
     assert "Freeform: the message body is the input" in text and "type apply_patch = () => any" in text
+
+
+def test_a_tool_output_given_unasked_is_the_named_tools_message(harmony: Harness) -> None:
+    """Codex sends a tool's output with its name and namespace and no call (its goal objective): harmony renders it
+    as a message from that tool, as it would the output of a call."""
+    from server.paths.harmony import harmony_encoding
+
+    harmony.play(steps_from_tokens(completion(("final", None, "ok")), cuts=[2]))
+    response = harmony.post(model=MODEL, input=[{"role": "user", "content": "Go."}, {
+        "type": "function_call_output", "name": "goal_objective", "namespace": "agent", "output": "Count the files."}])
+    assert response.status_code == 200, response.text
+    prompt = harmony_encoding().decode(harmony.engine.requests[-1].prompt_token_ids)
+    assert "<|start|>functions.agent__goal_objective<|channel|>commentary to=assistant<|message|>Count the files." \
+        in prompt, prompt
+    missing = harmony.post(model=MODEL, input=[{"role": "user", "content": "Go."},
+                                               {"type": "function_call_output", "output": "x"}])
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "input[1]"

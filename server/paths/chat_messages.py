@@ -80,7 +80,8 @@ def _append_item(messages: list[ChatMessage], item: Any, images: PromptImages | 
         _assistant_for_tool_calls(messages)["tool_calls"].append(_tool_call(item))
     elif isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
         content = images.text(item.parts()) if images else item.text()
-        messages.append({"role": "tool", "tool_call_id": item.call_id, "content": content})
+        named = {"name": item.tool_name} if isinstance(item, FunctionCallOutputItem) and item.tool_name else {}
+        messages.append({"role": "tool", "tool_call_id": item.call_id or "", "content": content, **named})
     else:  # pragma: no cover - the request model admits no other kinds
         raise ValueError(f"unsupported input item {type(item).__name__}")
 

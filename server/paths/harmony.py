@@ -171,6 +171,10 @@ def _input_messages(request: ResponsesRequest, table: ToolTable | None) -> list[
                 continue
             out.append(Message.from_role_and_content(Role.ASSISTANT, item.arguments or "{}").with_channel("commentary")
                        .with_recipient(to).with_content_type("<|constrain|>json"))
+        elif isinstance(item, FunctionCallOutputItem) and item.tool_name is not None:  # a tool's, given unasked
+            to = recipient(table.lookup(item.tool_name)) if table is not None else FUNCTIONS_PREFIX + item.tool_name
+            out.append(Message.from_author_and_content(Author.new(Role.TOOL, to), item.text())
+                       .with_channel("commentary").with_recipient("assistant"))
         elif isinstance(item, (FunctionCallOutputItem, CustomToolCallOutputItem)):
             if item.call_id not in calls:
                 raise RequestError(f"No tool call found for function call output with call_id '{item.call_id}'.",
