@@ -6,6 +6,7 @@ and vllm-router in front of two workers."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -197,6 +198,20 @@ def test_codex_runs_a_turn_on_the_fleet(fleet: Fleet, codex: Path, tmp_path: Pat
     catalog = httpx.get(f"{fleet.gateway.base_url}/models", params={"client_version": "0.171.0"}).json()
     windows = {entry["slug"]: entry["context_window"] for entry in catalog["models"]}
     assert windows == {SMOL: 16384, OSS: OSS_WINDOW}  # each model's window, from its workers
+
+
+def test_codex_on_the_gpt_oss_worker_has_every_request_accepted(fleet: Fleet, codex: Path, tmp_path: Path) -> None:
+    """Random weights never finish a turn, so Codex ends on the server's honest `incomplete`; every request it made
+    on the way (its items sent back after each of the model's calls) was accepted, and its turn ends as Codex says."""
+    log = fleet.gateway.log.read_text()
+    run = run_codex(codex, fleet.gateway.base_url, OSS, tmp_path, "List the files here, then count them.",
+                    "--dangerously-bypass-approvals-and-sandbox", catalog=True)
+    events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    ended = [event for event in events if event["type"] in ("turn.completed", "turn.failed")]
+    assert ended, run.stdout[-3000:] + run.stderr[-2000:]
+    assert ended[-1]["type"] == "turn.completed" or "max_output_tokens" in json.dumps(ended[-1]), ended[-1]
+    answered = re.findall(r'"POST /v1/responses HTTP/1.1" (\d+)', fleet.gateway.log.read_text()[len(log):])
+    assert answered and set(answered) == {"200"}, answered
 
 
 def test_vllm_router_in_front_of_two_workers(fleet: Fleet, bundled_model: Path, tiny_gpt_oss: Path,
