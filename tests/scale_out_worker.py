@@ -34,6 +34,7 @@ class ScaleOutWorker:
     bodies: list[dict[str, Any]] = field(default_factory=list)  # every generate body, as sent
     abort_requests: list[str] = field(default_factory=list)
     generate_clients: list[tuple[str, int]] = field(default_factory=list)  # each generate's client (host, port)
+    health_checks: int = 0  # the /health requests it answered
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -46,6 +47,7 @@ class ScaleOutWorker:
             self.abort_requests.extend(json.loads(body)["request_ids"])
             await _answer(send, 200, b"")
         elif path == "/health":
+            self.health_checks += 1
             await _answer(send, 200 if self.healthy else 503, b"")
         elif path == "/metrics":
             await _answer(send, 200, f'vllm:num_requests_waiting{{engine="0",model_name="{self.model}"}} '

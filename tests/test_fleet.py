@@ -309,3 +309,33 @@ def test_a_workers_connection_serves_one_request_after_another(tokenizer: Any) -
 
         assert asyncio.run(run()) == ["One.", "Two.", "Three."]
     assert len(worker.generate_clients) == 3 and len(set(worker.generate_clients)) == 1, worker.generate_clients
+
+
+def test_a_worker_that_just_answered_a_request_is_not_asked_for_its_health(tokenizer: Any) -> None:
+    """A stream the worker served is proof it is up: the health check skips it for one interval, so a busy gateway
+    spends nothing on probes (one that has not been heard from is checked as before)."""
+    import asyncio
+
+    from server.engine.interface import EngineRequest, SamplingSettings
+
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[_answer(tokenizer, "Up.")])
+    worker = ScaleOutWorker(engine, SMALL)
+    with serve_asgi(worker) as port:
+        remote = RemoteEngine(WorkerSet.of(SMALL, [f"http://127.0.0.1:{port}"]), tokenizer, health_seconds=60)
+        seen = remote.workers.workers[0]
+
+        async def run() -> list[int]:
+            checks = []
+            await remote._probe(seen, read_load=False)  # never heard from: checked
+            checks.append(worker.health_checks)
+            request = EngineRequest("resp_1", [1, 2, 3], SamplingSettings(max_tokens=8))
+            assert [step async for step in remote.generate(request)]
+            await remote._probe(seen, read_load=False)  # it just answered: not checked
+            checks.append(worker.health_checks)
+            seen.heard_at -= 61  # an interval later
+            await remote._probe(seen, read_load=False)
+            checks.append(worker.health_checks)
+            await remote.shutdown()
+            return checks
+
+        assert asyncio.run(run()) == [1, 1, 2]

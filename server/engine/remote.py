@@ -116,7 +116,10 @@ class RemoteEngine:
     async def _probe(self, worker: Worker, read_load: bool) -> None:
         """One look at a worker: down unless /health answers 200; a worker that comes back is checked to serve the
         model still. With `read_load`, its waiting requests from /metrics (read while this gateway has requests on
-        the model: that is when turns are being placed; an idle gateway forgets them)."""
+        the model: that is when turns are being placed; an idle gateway forgets them). A worker that answered a
+        request within the interval is up: its /health is not asked (a busy gateway spends nothing on probes)."""
+        if not read_load and worker.heard_within(self._health_seconds):
+            return
         try:
             status, _ = await self._get(f"{worker.url}/health")
             if status != 200:
@@ -170,6 +173,7 @@ class RemoteEngine:
                 if answer.status != 200:
                     raise WorkerError(f"worker {worker.url} answered {answer.status}: "
                                       f"{(await answer.read())[:500].decode(errors='replace')}")
+                worker.answered()
                 async for payload in sse_payloads(answer.content.iter_any()):
                     if reader.done:
                         continue
@@ -183,6 +187,7 @@ class RemoteEngine:
                 for step in reader.flush():
                     yield step
                 raise EngineUnavailable(WORKER_LOST)  # the stream ended before the worker said it was done
+            worker.answered()
             for step in last:
                 yield step
         except aiohttp.ClientConnectorError as exc:

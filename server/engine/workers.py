@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -30,6 +31,7 @@ class Worker:
     running: int = 0  # the requests this gateway is streaming from it now
     max_model_len: int | None = None  # its window, as its /v1/models says
     problem: str | None = None  # why it is down, as last seen (logged once when it changes)
+    heard_at: float = float("-inf")  # when it last answered a request (time.monotonic()): proof it was up then
 
     def load(self) -> int:
         """What a new request would queue behind here, as far as this gateway knows."""
@@ -44,6 +46,15 @@ class Worker:
         if not self.up:
             logger.info("engine worker %s is up", self.url)
         self.up, self.problem = True, None
+
+    def answered(self) -> None:
+        """It answered a request: up, as of now."""
+        self.heard_at = time.monotonic()
+        self.came_up()
+
+    def heard_within(self, seconds: float) -> bool:
+        """It answered a request less than `seconds` ago (no health check is needed to know it is up)."""
+        return self.up and time.monotonic() - self.heard_at < seconds
 
 
 @dataclass
