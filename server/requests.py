@@ -375,6 +375,14 @@ class ImageGenerationCallItem(_Lenient):
     result: str | None = None
 
 
+class ItemReferenceItem(_Lenient):
+    """An earlier item sent back by its id (OpenAI's conversation-state guide): the project's stored item with that
+    id takes its place (server/history/references.py)."""
+
+    type: Literal["item_reference"]
+    id: ItemId
+
+
 class AgentMessageItem(_Lenient):
     """A message between Codex's agents (`author` to `recipient`), in text or sealed parts."""
 
@@ -442,6 +450,7 @@ _ITEM_TYPES: dict[str, type[BaseModel]] = {
     "tool_search_output": ToolSearchOutputItem,
     "image_generation_call": ImageGenerationCallItem,
     "agent_message": AgentMessageItem,
+    "item_reference": ItemReferenceItem,
     "context_compaction": ContextCompactionItem,
     "compaction_trigger": CompactionTriggerItem,
     "additional_tools": AdditionalToolsItem,

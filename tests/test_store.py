@@ -462,3 +462,23 @@ def test_every_store_read_and_change_of_a_named_object_filters_by_its_project(st
         await store.close()
 
     asyncio.run(scenario())
+
+
+def test_item_references_bring_back_stored_input_output_and_conversation_items(stateful: Harness,
+                                                                               tokenizer: Any) -> None:
+    """OpenAI's conversation-state guide sends earlier items back by id: each is found in the project's stored
+    responses (their input and output items) and conversations, and the model reads it; an unknown id is a 404."""
+    stateful.play(say(tokenizer, "Teal is a color."))
+    first = stateful.client.responses.create(model=MODEL, input="Name a color.")
+    asked = stateful.client.responses.input_items.list(first.id).data[0]
+    conversation = stateful.client.conversations.create(items=[{"role": "user", "content": "Remember the word kiwi."}])
+    kept = stateful.client.conversations.items.list(conversation.id).data[0]
+    stateful.play(say(tokenizer, "Because."))
+    second = stateful.client.responses.create(model=MODEL, store=False, input=[
+        {"type": "item_reference", "id": asked.id}, {"type": "item_reference", "id": first.output[0].id},
+        {"type": "item_reference", "id": kept.id}, {"role": "user", "content": "Why?"}])
+    assert second.output_text == "Because."
+    prompt = tokenizer.decode(stateful.engine.requests[-1].prompt_token_ids)
+    assert prompt.index("Name a color.") < prompt.index("Teal is a color.") < prompt.index("kiwi") < prompt.index("Why?")
+    missing = stateful.post(input=[{"type": "item_reference", "id": "msg_" + "0" * 48}])
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "input[0].id", missing.json()

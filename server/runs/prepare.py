@@ -11,6 +11,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, MutableMapp
 
 from openai.types.responses import Response, ResponseCompactionItem, ResponseOutputItem
 
+from server.history.references import resolved_references
 from server.history.codex_items import rendered_codex_items, without_image_tool
 from server.history.compaction import compacted_response, summary_request
 from server.constraints.rules import OutputRules, check_schemas, output_rules
@@ -208,7 +209,9 @@ async def conversation_of(context: ServingContext, body: ResponsesRequest, proje
     """The request with its stored history before it (from its last compaction on; `project`'s only) and sealed
     items opened: what the model sees; and where its history starts (`with_history`)."""
     store = context.project_store(project)
-    history, start = await with_history(body, store, earlier, context.known_chains, project)
+    history, start = await with_history(await resolved_references(body, store), store, earlier,
+                                        context.known_chains, project)
+    history = await resolved_references(history, store)  # a chain's earlier turns may have sent references too
     conversation = open_sealed_items(since_last_compaction(rendered_codex_items(history)), context.sealer)
     await read_files(conversation, body, context.file_texts, file_loader(store))
     return conversation, start

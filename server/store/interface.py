@@ -117,6 +117,10 @@ class ResponseStore(Protocol):
         """Delete the response if it is `project`'s."""
         ...
 
+    async def stored_item(self, item_id: str, project: str) -> dict[str, Any] | None:
+        """The project's stored item with this id: an output or input item of a response, or a conversation's."""
+        ...
+
     async def count_responses(self, response_ids: list[str], project: str) -> int:
         """How many of the responses are stored, and `project`'s."""
         ...

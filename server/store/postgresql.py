@@ -20,7 +20,7 @@ from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk,
                                page_query, retention_query)
 from server.store.rows import add_usage, spent_query, usage_between_query, usage_record, usage_row
 from server.store.rows import FILE_COLUMNS, files_page_query, live_files, owned_conversation, owned_response
-from server.store.rows import responses_page_query
+from server.store.rows import found_item, item_queries, output_item_rows, responses_page_query
 from server.retrieval.files import StoredFile
 from server.tenancy.keys import ApiKey
 from server.tenancy.limits import Spent
@@ -93,6 +93,7 @@ class PostgresStore:
                                                                    record.id, record.owner))
             if cursor.rowcount:
                 await _insert_events(db, record.id, events)
+                await _insert_output_items(db, record)
                 if self.webhooks:
                     await _to_outbox(db, record.id, record.status)
             return cursor.rowcount > 0
@@ -123,6 +124,16 @@ class PostgresStore:
 
     async def delete(self, response_id: str, project: str) -> bool:
         return await self._count("DELETE FROM responses WHERE id = %s AND project = %s", (response_id, project)) > 0
+
+    async def stored_item(self, item_id: str, project: str) -> dict[str, Any] | None:
+        async def read(db: Connection) -> dict[str, Any] | None:
+            for source, query in enumerate(item_queries("%s")):
+                row = await (await db.execute(query, (item_id, project))).fetchone()
+                if row is not None:
+                    return found_item(item_id, source, row)
+            return None
+
+        return await self._run(read)
 
     async def count_responses(self, response_ids: list[str], project: str) -> int:
         async def read(db: Connection) -> int:
@@ -382,6 +393,15 @@ async def _insert(db: Connection, record: StoredResponse, lease_seconds: float |
         await cursor.executemany(
             "INSERT INTO input_items (response_id, position, item_id, item) VALUES (%s, %s, %s, %s) "
             "ON CONFLICT DO NOTHING", item_rows(record.id, 0, record.input_items))
+    await _insert_output_items(db, record)
+
+
+async def _insert_output_items(db: Connection, record: StoredResponse) -> None:
+    rows = output_item_rows(record.id, record.response)
+    if rows:
+        async with db.cursor() as cursor:
+            await cursor.executemany("INSERT INTO output_items (item_id, response_id) VALUES (%s, %s) "
+                                     "ON CONFLICT DO NOTHING", rows)
 
 
 async def migrate(db: Connection) -> None:

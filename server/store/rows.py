@@ -83,6 +83,31 @@ def item_rows(owner: str, first_position: int, items: list[dict[str, Any]]) -> l
     return [(owner, first_position + n, item["id"], json.dumps(item)) for n, item in enumerate(items)]
 
 
+def output_item_rows(response_id: str, response: dict[str, Any]) -> list[tuple[str, str]]:
+    """(item id, response id) of each output item of a response, by which an item reference finds it."""
+    return [(item["id"], response_id) for item in response.get("output") or [] if isinstance(item, dict)
+            and isinstance(item.get("id"), str)]
+
+
+def item_queries(mark: str) -> tuple[str, str, str]:
+    """The project's stored item with an id (parameters: item id, project), wherever it is: a response's output (the
+    row is the whole response), a response's input items, a conversation's items; each query a row or none."""
+    return (f"SELECT r.response FROM output_items o JOIN responses r ON r.id = o.response_id "
+            f"WHERE o.item_id = {mark} AND r.project = {mark} LIMIT 1",
+            f"SELECT i.item FROM input_items i JOIN responses r ON r.id = i.response_id "
+            f"WHERE i.item_id = {mark} AND r.project = {mark} LIMIT 1",
+            f"SELECT ci.item FROM conversation_items ci JOIN conversations c ON c.id = ci.conversation_id "
+            f"WHERE ci.item_id = {mark} AND c.project = {mark} LIMIT 1")
+
+
+def found_item(item_id: str, source: int, row: Any) -> dict[str, Any] | None:
+    """The item a row of `item_queries`' `source`-th query holds (an output item is found inside its response)."""
+    value = json.loads(row[0]) if isinstance(row[0], str) else row[0]
+    if source > 0:
+        return value
+    return next((item for item in value.get("output") or [] if item.get("id") == item_id), None)
+
+
 def retention_query(policy: RetentionPolicy, batch: int, now: float, mark: str) -> tuple[str, tuple[Any, ...]] | None:
     """The ids (at most `batch` per rule) of finished responses the policy no longer keeps: older than its age, or
     beyond its newest count; None when the policy keeps everything. Running responses are never among them."""

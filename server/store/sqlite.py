@@ -21,7 +21,7 @@ from server.store.rows import (chunk_row, chunks_after, events_in, insert_chunk,
                                page_query, retention_query)
 from server.store.rows import add_usage, spent_query, usage_between_query, usage_record, usage_row
 from server.store.rows import FILE_COLUMNS, files_page_query, live_files, owned_conversation, owned_response
-from server.store.rows import responses_page_query
+from server.store.rows import found_item, item_queries, output_item_rows, responses_page_query
 from server.retrieval.files import StoredFile
 from server.tenancy.keys import ApiKey
 from server.tenancy.limits import Spent
@@ -91,6 +91,7 @@ class SqliteStore:
                                                               record.owner)).rowcount
             if updated:
                 _insert_events(db, record.id, events)
+                _insert_output_items(db, record)
                 if self.webhooks:
                     _to_outbox(db, record.id, record.status)
             return updated > 0
@@ -121,6 +122,16 @@ class SqliteStore:
     async def delete(self, response_id: str, project: str) -> bool:
         return await self._run(lambda db: db.execute(
             "DELETE FROM responses WHERE id = ? AND project = ?", (response_id, project)).rowcount > 0)
+
+    async def stored_item(self, item_id: str, project: str) -> dict[str, Any] | None:
+        def read(db: sqlite3.Connection) -> dict[str, Any] | None:
+            for source, query in enumerate(item_queries("?")):
+                row = db.execute(query, (item_id, project)).fetchone()
+                if row is not None:
+                    return found_item(item_id, source, row)
+            return None
+
+        return await self._run(read)
 
     async def count_responses(self, response_ids: list[str], project: str) -> int:
         marks = ", ".join("?" * len(response_ids))
@@ -433,6 +444,12 @@ def _insert(db: sqlite3.Connection, record: StoredResponse, lease_seconds: float
          int(record.background), record.owner, lease_seconds, record.replica, record.project))
     db.executemany("INSERT OR IGNORE INTO input_items (response_id, position, item_id, item) VALUES (?, ?, ?, ?)",
                    item_rows(record.id, 0, record.input_items))
+    _insert_output_items(db, record)
+
+
+def _insert_output_items(db: sqlite3.Connection, record: StoredResponse) -> None:
+    db.executemany("INSERT OR IGNORE INTO output_items (item_id, response_id) VALUES (?, ?)",
+                   output_item_rows(record.id, record.response))
 
 
 def _owned(db: sqlite3.Connection, response_id: str, owner: str) -> bool:

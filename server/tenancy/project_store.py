@@ -44,6 +44,9 @@ class ProjectStore:
     async def delete(self, response_id: str) -> bool:
         return await self.store.delete(response_id, self.project)
 
+    async def stored_item(self, item_id: str) -> dict[str, Any] | None:
+        return await self.store.stored_item(item_id, self.project)
+
     async def count_responses(self, response_ids: list[str]) -> int:
         return await self.store.count_responses(response_ids, self.project)
 
