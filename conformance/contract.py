@@ -187,6 +187,8 @@ def _part_or_tool_event(current: _OpenItem, kind: str, event: dict[str, Any]) ->
         _check(stage == "in_progress" or item_type != "mcp_call" or current.tool_done, f"{kind} before its input")
         _check(current.progress != "completed", f"{kind} after the item completed")
         current.progress = stage
+    elif kind == "response.compaction.compacting":
+        _check(current.item["type"] == "compaction", f"{kind} in a {current.item['type']} item")
     elif kind.startswith("response.code_interpreter_call_code."):
         _check(current.item["type"] == "code_interpreter_call", f"{kind} in a {current.item['type']} item")
         if kind.endswith(".delta"):
@@ -246,8 +248,8 @@ def _close_item(current: _OpenItem, item: dict[str, Any]) -> None:
     _check(item["id"] == added["id"] and item["type"] == added["type"], "output_item.done changed the item identity")
     _check(item.get("call_id") == added.get("call_id"), "output_item.done changed the call_id")
     _check(not current.part_open, "output_item.done while a content part is open")
-    if item["type"] == "compaction":  # made whole before generation: no status, the same when added and done
-        _check(item == added and bool(item.get("encrypted_content")), "a compaction item is whole when added")
+    if item["type"] == "compaction":  # added as it begins (its content to come) or whole; no status
+        _check(not added.get("encrypted_content") or item == added, "a compaction item changed after it was whole")
         return
     if item["type"] == "shell_call" and item.get("status") == "completed":
         _check(item["action"]["commands"] == ["".join(c) for c in current.commands], "the commands differ from events")

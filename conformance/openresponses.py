@@ -32,6 +32,7 @@ SDK_ONLY_EVENTS = frozenset({
     "response.code_interpreter_call_code.done",
     "response.file_search_call.in_progress", "response.file_search_call.searching",
     "response.file_search_call.completed",
+    "response.compaction.compacting",  # an automatic compaction inside a response (the spec has compaction items)
 })
 # Output items, tools and annotations of the SDK beyond the spec's (a custom tool and its call, a file search's call
 # and the file citations of the answer): accepted as extensions.

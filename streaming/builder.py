@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterable
 
 from openai.types.responses import (
     Response,
+    ResponseCompactionItem,
     ResponseCompletedEvent,
     ResponseContentPartAddedEvent,
     ResponseContentPartDoneEvent,
@@ -35,6 +36,7 @@ from openai.types.responses import (
     ResponseTextDoneEvent,
 )
 from openai.types.responses.response import IncompleteDetails
+from openai.types.responses.response_compaction_compacting_event import ResponseCompactionCompactingEvent
 
 from parsers.deltas import (
     Delta,
@@ -115,6 +117,7 @@ class _State:
     awaited: ItemRecord | None = None  # a hosted item the model (or the server) has finished, waiting for its result
     pending_whitespace: list[OutputText] = field(default_factory=list)
     citable: dict[int, Citable] = field(default_factory=dict)  # the results the answer may cite, by their number
+    compaction: ResponseCompactionItem | None = None  # a compaction begun, its content to come
     started: bool = False
     terminal: Response | None = None
 
@@ -164,15 +167,27 @@ class ResponseBuilder:
         """The terminal response, or an in-progress snapshot of what is finished so far."""
         return self._state.terminal or self._snapshot("in_progress")
 
-    def add_item(self, item: ResponseOutputItem) -> list[ResponseStreamEvent]:
-        """A whole item made before generation (an automatic compaction's), as the next output item: added, then
-        done."""
+    def begin_compaction(self) -> list[ResponseStreamEvent]:
+        """An automatic compaction, before generation: its item (its content to come), then
+        `response.compaction.compacting` while the summary is sampled."""
         assert self._state.started and self._state.open_item is None and not self.finished
+        item = ResponseCompactionItem(type="compaction", id=self._ids(ITEM_PREFIXES["compaction"]), encrypted_content="")
+        self._state.compaction = item
         index = len(self._state.items)
-        self._state.items.append(item)
         return [self._emit(ResponseOutputItemAddedEvent, type="response.output_item.added", output_index=index,
                            item=item),
-                self._emit(ResponseOutputItemDoneEvent, type="response.output_item.done", output_index=index,
+                self._emit(ResponseCompactionCompactingEvent, type="response.compaction.compacting", item_id=item.id,
+                           output_index=index)]
+
+    def end_compaction(self, made: ResponseOutputItem | None) -> list[ResponseStreamEvent]:
+        """The compaction's item done: the one `made` (under the id its begin gave), or with no content when it
+        failed (the response then fails)."""
+        begun, self._state.compaction = self._state.compaction, None
+        assert begun is not None
+        item = made.model_copy(update={"id": begun.id}) if made is not None else begun
+        index = len(self._state.items)
+        self._state.items.append(item)
+        return [self._emit(ResponseOutputItemDoneEvent, type="response.output_item.done", output_index=index,
                            item=item)]
 
     @property
@@ -273,6 +288,8 @@ class ResponseBuilder:
             events.extend(self._flush_whitespace())
         self._state.pending_whitespace.clear()
         events.extend(self._close_open_item("incomplete" if cut else "completed"))
+        if self._state.compaction is not None:  # the run ended while it compacted
+            events.extend(self.end_compaction(None))
         if self._state.awaited is not None:  # a hosted call the run ended before its result: never run
             events.extend(self._item_done(self._state.awaited, "incomplete"))
             self._state.awaited = None

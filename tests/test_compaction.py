@@ -95,6 +95,11 @@ def test_context_management_compacts_past_the_threshold_and_answers_from_it(harn
     assert [item.type for item in final.output] == ["compaction", "message"] and final.output_text == "Yes."
     added = [e for e in events if e["type"] == "response.output_item.added"]
     assert added[0]["item"]["type"] == "compaction" and added[0]["output_index"] == 0
+    # While the summary is sampled the client is told (the item opens first, and closes with the sealed content)
+    kinds = [e["type"] for e in events]
+    assert kinds[2:4] == ["response.output_item.added", "response.compaction.compacting"], kinds[:6]
+    compacting = events[3]
+    assert (compacting["item_id"], compacting["output_index"]) == (final.output[0].id, 0)
     assert final.usage.input_tokens == sum(len(r.prompt_token_ids) for r in harness.engine.requests[-2:])
     # A later request that carries the compaction item continues from it; what came before it is not read.
     harness.play(say(tokenizer, "Yes, 6 too."))

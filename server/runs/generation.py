@@ -246,6 +246,8 @@ class ResponseRun:
         from it."""
         if self.before is None:
             return
+        for event in self.builder.begin_compaction():
+            yield event
         try:
             continuation = await self._engine_work(self.before())  # stop() interrupts it, as a wait for the engine
         except Exception as exc:  # after response.created: the response ends failed, saying why
@@ -254,7 +256,7 @@ class ResponseRun:
         if continuation is None:  # stopped (shutdown) while compacting
             self._outcome = self._stopping or Finished("error", error_message=GENERATION_FAILED)
             return
-        for event in self.builder.add_item(continuation.item):
+        for event in self.builder.end_compaction(continuation.item):
             yield event
         self._continue_as(continuation)
         if not self.generate:  # the compaction is the response (Codex's compaction_trigger): the context it opens
