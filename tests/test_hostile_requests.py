@@ -10,6 +10,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
+from conformance.contract import validate_events
 from tests.test_harmony import harmony  # noqa: F401  (the fixture)
 from tests.test_images import PLACEHOLDER as VISION_PLACEHOLDER, Vision, image_url, vision  # noqa: F401
 from tests.test_server import MODEL, Harness, answer_tokens  # noqa: F401
@@ -130,13 +131,17 @@ def test_a_compaction_that_fails_ends_the_response_failed_and_stored(
             "max_output_tokens": 16, "context_management": [{"type": "compaction", "compact_threshold": 1000}]}
     if stream:
         events = served.raw_stream(**{key: value for key, value in body.items() if key not in ("model", "stream")})
-        assert [event["type"] for event in events] == ["response.created", "response.in_progress", "response.failed"]
+        assert [event["type"] for event in events] == [  # the compaction begun is closed, empty, before the end
+            "response.created", "response.in_progress", "response.output_item.added", "response.compaction.compacting",
+            "response.output_item.done", "response.failed"]
+        validate_events(events)
         final = events[-1]["response"]
     else:
         answer = httpx.post(f"{served.base_url}/responses", json=body, timeout=30)
         assert answer.status_code == 200, answer.text
         final = answer.json()
     assert final["status"] == "failed" and "compaction" in final["error"]["message"].lower(), final["error"]
+    assert [(item["type"], item["encrypted_content"]) for item in final["output"]] == [("compaction", "")]
     stored = httpx.get(f"{served.base_url}/responses/{final['id']}", timeout=30)
     assert stored.status_code == 200 and stored.json()["status"] == "failed"
     assert context.admission.active == 0
