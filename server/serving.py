@@ -152,6 +152,7 @@ def _warm_up(model: str, path: ModelPath) -> None:
     """Render and build one throwaway response, so the first real request pays no first-use costs."""
     path.render(ResponsesRequest.model_validate({"model": model, "input": "hi"}))
     path.structural_tag(OutputRules(answer_schema=ANY_OBJECT))  # loads xgrammar (seconds, the first time)
-    builder = ResponseBuilder({"model": model})
-    for event in builder.start() + builder.feed([OutputText("warm")]) + builder.finish(Finished("stop")):
-        event_json(event)
+    for ending in ("stop", "length", "error"):  # each terminal event's model is built on its first use (tens of ms)
+        builder = ResponseBuilder({"model": model})
+        for event in builder.start() + builder.feed([OutputText("warm")]) + builder.finish(Finished(ending)):
+            event_json(event)
