@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.fleet import vllm_worker  # noqa: E402
+from server.engine.scale_out import sse_payloads  # noqa: E402
 
 PORT = 8817
 
@@ -36,8 +37,8 @@ def body(n: int, tokens: int) -> dict[str, Any]:
             "stream_options": {"include_usage": True}}
 
 
-def tokens_of(payload: bytes | str) -> int:
-    if payload in (b"[DONE]", "[DONE]"):
+def tokens_of(payload: str) -> int:
+    if payload == "[DONE]":
         return 0
     choices = json.loads(payload)["choices"]
     return len(choices[0]["token_ids"]) if choices else 0
@@ -55,13 +56,13 @@ async def with_httpx(url: str, requests: int, tokens: int) -> int:
 
 
 async def with_aiohttp(url: str, requests: int, tokens: int) -> int:
-    counted, pending = 0, b""
+    """As the gateway reads a worker's stream (server/engine/scale_out.py's `sse_payloads`)."""
+    counted = 0
     async with aiohttp.ClientSession() as session:
         for n in range(requests):
             async with session.post(url, json=body(n, tokens)) as answer:
-                async for piece in answer.content.iter_any():
-                    *lines, pending = (pending + piece).split(b"\n")
-                    counted += sum(tokens_of(line[6:]) for line in lines if line.startswith(b"data: "))
+                async for payload in sse_payloads(answer.content.iter_any()):
+                    counted += tokens_of(payload)
     return counted
 
 
