@@ -20,7 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server.models.settings import ModelSettings  # noqa: E402
+from server.model_settings import ModelSettings  # noqa: E402
 from server.constraints.rules import output_rules  # noqa: E402
 from server.paths.harmony import HarmonyPath, harmony_encoding  # noqa: E402
 from server.paths.tools import tool_definitions, tool_table  # noqa: E402

@@ -7,7 +7,7 @@ from typing import Any
 
 from server.attachments.media import MAX_REQUEST_PIXELS
 from server.attachments.work_pool import WorkLimits
-from server.models.settings import ModelSettings
+from server.model_settings import ModelSettings
 from server.retrieval.files import DEFAULT_MAX_FILE_BYTES
 from server.tenancy.projects_file import ProjectsFile
 from server.tools.mcp_servers import McpSettings

@@ -191,7 +191,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
     several, which names it as a replica of its own in the shared store.
     """
     from server.http.app import create_app
-    from server.serving import ServingContext
+    from server.runs.context import ServingContext
     from server.runs.background import BackgroundRuns
 
     check_reasoning_parser(args.reasoning_parser or None)

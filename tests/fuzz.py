@@ -86,7 +86,7 @@ def fuzz_server(projects: Any = None) -> Iterator[str]:
     from server.config import ServerConfig
     from server.engine.vllm_engine import load_tokenizer
     from server.http.app import create_app
-    from server.serving import ServingContext
+    from server.runs.context import ServingContext
     from server.bundled_model import ensure_bundled_model
     from server.store.sqlite import SqliteStore
     from server.tools.mcp_servers import McpSettings

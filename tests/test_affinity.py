@@ -20,7 +20,7 @@ from server.http.app import create_app
 from server.http.forwarding import HOP_HEADER
 from server.rendezvous import rendezvous
 from server.replicas.registry import ReplicaRegistry
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.store.interface import Replica, StoredConversation
 from server.runs.admission import Admission
 from tests.conftest import serve_asgi, serve_in_thread

@@ -11,7 +11,7 @@ import pytest
 from server.codex_catalog import ServedModel, codex_model_info
 from server.config import ServerConfig
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine

@@ -9,7 +9,7 @@ import pytest
 
 from server.config import ServerConfig
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from tests.codex_shapes import CODEX_ITEMS, USER

@@ -12,7 +12,7 @@ from server.config import ServerConfig
 from server.history.compaction import SUMMARY_INSTRUCTION
 from server.history.sealing import Sealer
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine

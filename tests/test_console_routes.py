@@ -15,7 +15,7 @@ from websockets.sync.client import connect
 from server.config import ServerConfig
 from server.console.routes import DOCS_SITE
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine
 from tests.test_server import MODEL

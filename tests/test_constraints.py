@@ -19,7 +19,7 @@ from xgrammar.testing import _is_grammar_accept_string as accepts
 from parsers.deltas import ItemEnded, OutputText, ReasoningText, ToolCallArguments, ToolCallStarted, merge_adjacent
 from parsers.harmony import HarmonyParser
 from parsers.registry import TOOL_CALL_PARSERS
-from server.models.settings import ModelSettings
+from server.model_settings import ModelSettings
 from server.constraints.chat import CALL_SYNTAX, GRAMMAR_CALL_LIMIT, chat_structural_tag
 from server.constraints.json_budget import budget_bounds
 from server.constraints.json_grammar import STRING_ESCAPES, STRING_SEGMENT, SchemaError, json_grammar

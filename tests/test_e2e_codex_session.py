@@ -24,7 +24,7 @@ from server.config import ServerConfig
 from server.engine.interface import EngineRequest, EngineStep
 from server.history.compaction import SUMMARY_INSTRUCTION
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from tests.conftest import codex_provider, serve_in_thread
 from tests.proxy import RecordingProxy
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens

@@ -17,7 +17,7 @@ from parsers.chat import ChatParser
 from parsers.decoder import IncrementalDecoder
 from server.config import ServerConfig
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.store.factory import open_store
 from server.store.interface import RetentionPolicy
 from streaming.builder import ResponseBuilder

@@ -11,7 +11,7 @@ import pytest
 
 from server.config import ServerConfig
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from tests.conftest import serve_in_thread
 from tests.hostile import pdf_file
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens

@@ -12,7 +12,7 @@ import pytest
 from server.config import ServerConfig
 from server.http.app import create_app
 from server.retrieval.files import PART_BYTES
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.tenancy.projects_file import ProjectsFile
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine

@@ -19,8 +19,8 @@ from server.engine.workers import Worker, WorkerSet
 from server.history.sealing import Sealer
 from server.http.app import create_app
 from server.models.registry import ModelStart
-from server.models.settings import ModelSettings
-from server.serving import ServingContext
+from server.model_settings import ModelSettings
+from server.runs.context import ServingContext
 from server.store.sqlite import SqliteStore
 from tests.conftest import serve_asgi, serve_in_thread
 from tests.scale_out_worker import ScaleOutWorker

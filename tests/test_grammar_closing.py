@@ -13,7 +13,7 @@ from server.constraints.closing import shortest_completion
 from server.constraints.custom_grammar import custom_tool_grammar
 from server.http.app import create_app
 from server.paths.harmony import harmony_encoding
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens

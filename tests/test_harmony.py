@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.config import ServerConfig
-from server.models.settings import ModelSettings
+from server.model_settings import ModelSettings
 from server.paths.harmony import HarmonyPath, harmony_conversation, harmony_encoding
 from server.paths.tools import tool_table
 from server.engine.recording import Recording

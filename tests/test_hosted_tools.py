@@ -14,7 +14,7 @@ import pytest
 from conformance.contract import validate_events
 from server.config import ServerConfig
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.tools.function_view import NOT_APPROVED
 from server.tools.mcp_servers import McpSettings
 from streaming.ids import counting_ids

@@ -19,7 +19,7 @@ from server.config import ServerConfig
 from server.store.factory import open_store
 from server.store.interface import RetentionPolicy
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.models.settings import ModelSettings
+from server.model_settings import ModelSettings
 from server.paths.chat_template import ChatTemplateRenderer
 from server.paths.harmony import HarmonyPath, harmony_conversation
 from server.paths.tools import tool_table

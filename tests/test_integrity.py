@@ -17,7 +17,7 @@ from server.config import ServerConfig
 from server.http.app import create_app
 from server.http.auth import api_keys
 from server.history.sealing import Sealer, sealer_from
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.store.sqlite import SqliteStore
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens

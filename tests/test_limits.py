@@ -16,7 +16,7 @@ import pytest
 
 from server.config import ServerConfig
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.http.event_stream import event_stream
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from server.config import ServerConfig
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.test_server import MODEL, Harness

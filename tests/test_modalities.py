@@ -11,7 +11,7 @@ import pytest
 from server.config import ServerConfig
 from server.engine.vllm_engine import input_modalities
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine
 from tests.tiny_vlm import build_tiny_vlm_config

@@ -11,7 +11,7 @@ import httpx
 
 from server.config import ServerConfig
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine
 from tests.test_affinity import all_live, replica

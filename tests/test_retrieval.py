@@ -31,7 +31,7 @@ from server.retrieval.search import fused
 from server.retrieval.index import VectorIndex
 from server.retrieval.service import Retrieval, RetrievalSettings, open_index
 from server.retrieval.vector_stores import StoreFile
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.errors import RequestError
 from server.tenancy.projects_file import ProjectsFile
 from tests.conftest import serve_in_thread

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from openai import OpenAI
 
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.config import ServerConfig
 from server.engine.interface import EngineStep, StepLogprob
 from server.history.sealing import Sealer

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.config import ServerConfig
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread

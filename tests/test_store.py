@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.config import ServerConfig
 from server.runs.background import interrupt_with
 from server.store.factory import open_store

@@ -19,7 +19,7 @@ from openai.types.responses import ResponseErrorEvent
 from server.config import ServerConfig
 from server.http.app import create_app
 from server.runs.background import BackgroundRuns
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.store.interface import StoreUnavailable
 from server.store.sqlite import SqliteStore
 from tests.conftest import serve_in_thread

@@ -14,7 +14,7 @@ import pytest
 
 from server.config import ServerConfig
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.tenancy.projects_file import ProjectsFile
 from server.tenancy.keys import ApiKey
 from tests.conftest import serve_in_thread

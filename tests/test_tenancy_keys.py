@@ -17,7 +17,7 @@ import pytest
 
 from server.config import ServerConfig
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.store.interface import StoreUnavailable
 from server.tenancy.authenticator import Authenticator
 from server.tenancy.commands import main as keys_main

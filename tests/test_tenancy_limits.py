@@ -207,7 +207,7 @@ def limited_server(tokenizer: Any, store: Any, alpha: Limits, admin_key: str | N
 
     from server.config import ServerConfig
     from server.http.app import create_app
-    from server.serving import ServingContext
+    from server.runs.context import ServingContext
     from server.tenancy.keys import ApiKey
     from server.tenancy.projects_file import ProjectsFile
     from tests.conftest import serve_in_thread

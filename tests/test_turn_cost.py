@@ -22,7 +22,7 @@ from server.engine.recording import Recording
 from server.history.sealing import Sealer
 from server.http.app import create_app
 from server.metrics import PROMPT_RENDERS, PROMPT_TOKENS
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.store.sqlite import SqliteStore
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine

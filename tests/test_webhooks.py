@@ -21,7 +21,7 @@ from openai import OpenAI
 from server.config import ServerConfig
 from server.http.app import create_app
 from server.runs.background import BackgroundRuns
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.store.factory import open_store
 from server.store.interface import RetentionPolicy
 from server.webhooks.sender import WebhookSettings

@@ -18,7 +18,7 @@ from websockets.sync.client import connect as ws_connect
 from server.config import ServerConfig
 from server.http.app import create_app
 from server.runs.connection_responses import MAX_LANES_KEPT
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.store.sqlite import SqliteStore
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread

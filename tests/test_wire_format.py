@@ -12,7 +12,7 @@ import pytest
 from parsers.deltas import ItemEnded, OutputText, ToolCallArguments, ToolCallStarted
 from server.config import ServerConfig
 from server.http.app import create_app
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from streaming.ids import counting_ids
 from streaming.outcome import Finished
 from streaming.response import DEFAULTS

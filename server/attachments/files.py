@@ -13,7 +13,7 @@ import json
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from server.attachments.data_urls import DataUrl, DataUrlError
+from server.data_urls import DataUrl, DataUrlError
 from server.attachments.work_pool import WorkPool, WorkTooCostly
 from server.errors import RequestError, TooLarge
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from server.attachments.data_urls import DataUrl, DataUrlError
+from server.data_urls import DataUrl, DataUrlError
 from server.attachments.work_pool import WorkPool, WorkTooCostly
 from server.errors import RequestError, TooLarge
 

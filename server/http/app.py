@@ -17,7 +17,7 @@ from server.http.vector_store_routes import router as vector_store_router
 from server.http.file_routes import upload_limits
 from server.http.limits import BodySizeLimit
 from server.metrics import watch_event_loop_lag
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.http.conversation_routes import router as conversation_router
 from server.http.routes import router
 from server.http.stored_routes import router as stored_router

@@ -6,7 +6,7 @@ from __future__ import annotations
 from starlette.requests import HTTPConnection
 
 from server.http.errors import APIError
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.tenancy.keys import Caller
 from server.retrieval.project import ProjectRetrieval
 from server.tenancy.project_store import ProjectStore

@@ -21,7 +21,7 @@ from server.models.registry import Model
 from server.requests import ResponsesRequest
 from server.runs.prepare import input_token_count, prepare_compaction, prepare_stored_run
 from server.runs.stored_run import StoredRun
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from streaming.sse import encode_event, stored_frames
 
 router = APIRouter()

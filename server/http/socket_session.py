@@ -20,7 +20,7 @@ from server.requests import ResponsesRequest
 from server.runs.connection_responses import ConnectionResponses
 from server.runs.prepare import prepare_stored_run
 from server.runs.stored_run import StoredRun
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.tenancy.keys import Caller
 
 logger = logging.getLogger(__name__)

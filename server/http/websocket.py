@@ -16,7 +16,7 @@ from server.http.context import caller
 from server.http.errors import APIError
 from server.http.socket_session import SocketSession
 from server.metrics import WEBSOCKET_CONNECTIONS
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 
 router = APIRouter()
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from server.engine.interface import SAMPLING_KEYS
-from server.models.settings import ModelSettings
+from server.model_settings import ModelSettings
 
 _MODEL_KEYS = {"name", "path", "engines", "reasoning_parser", "tool_call_parser", "harmony", "max_model_len",
                "default_max_output_tokens", "sampling_defaults", "codex_model_info"}

@@ -13,7 +13,7 @@ from server.codex_catalog import ServedModel
 from server.engine.interface import Engine, EngineUnavailable
 from server.engine.workers import WorkerSet
 from server.errors import NotFound
-from server.models.settings import ModelSettings
+from server.model_settings import ModelSettings
 from server.paths.base import ModelPath
 from server.prompts.known import KnownPrompts
 

@@ -16,7 +16,7 @@ from parsers.registry import (
     ToolParserFactory,
     make_chat_parser,
 )
-from server.models.settings import ModelSettings
+from server.model_settings import ModelSettings
 from server.constraints.chat import CALL_SYNTAX, chat_structural_tag, custom_arguments_grammar, thinking_shares
 from server.constraints.closing import GrammarClosing, grammar_closing
 from server.constraints.rules import OutputRules

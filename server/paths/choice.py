@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from server.models.settings import ModelSettings
+from server.model_settings import ModelSettings
 from server.engine.interface import Engine
 from server.paths.base import ModelPath
 

@@ -9,7 +9,7 @@ from typing import Any
 from parsers.base import OutputParser
 from parsers.harmony import BUILTIN_KINDS, FUNCTIONS_PREFIX, HOSTED_KINDS, HarmonyParser, HarmonyTokens, recipient
 from parsers.tools import ToolTable
-from server.models.settings import ModelSettings
+from server.model_settings import ModelSettings
 from server.constraints.closing import GrammarClosing, grammar_closing
 from server.constraints.harmony import harmony_structural_tag
 from server.constraints.rules import OutputRules

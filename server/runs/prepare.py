@@ -23,7 +23,7 @@ from server.retrieval.files import file_loader
 from server.attachments.media import checked_images, decoded_images
 from server.attachments.media_fetch import fetch_images
 from server.models.registry import Model
-from server.models.settings import ModelSettings
+from server.model_settings import ModelSettings
 from server.paths.base import ModelPath, RenderedPrompt
 from server.paths.tools import tool_definitions
 from server.requests import CompactionItem, ResponsesRequest
@@ -34,13 +34,13 @@ from server.tools.file_search import FileSearch, file_search_tool
 from server.tools.hosted import HostedTools, hosted_tools
 from server.runs.stored_run import ConversationLink, StoredRun
 from server.history.sealed_items import open_sealed_items, reasoning_sealer
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 from server.store.interface import StoredResponse
 from server.tenancy.keys import Caller
 from server.tenancy.limiter import Ticket
 from server.history.truncation import check_expanded_fits
 from server.prompts.known import PromptKeys
-from server.prompts.rendering import remember_prompt, rendered_prompt
+from server.runs.rendering import remember_prompt, rendered_prompt
 from streaming.builder import ResponseBuilder
 from streaming.items import ListedTools, ToolResult
 from streaming.outcome import Usage

@@ -11,7 +11,7 @@ from server.models.registry import Model
 from server.paths.base import RenderedPrompt
 from server.prompts.known import PromptKeys
 from server.requests import ResponsesRequest
-from server.serving import ServingContext
+from server.runs.context import ServingContext
 
 
 async def rendered_prompt(context: ServingContext, model: Model, conversation: ResponsesRequest,
