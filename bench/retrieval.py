@@ -40,6 +40,7 @@ from server.retrieval.chunking import ChunkingStrategy, document_chunks, _tokeni
 from server.retrieval.embedding_model import BUNDLED_EMBEDDING_MODEL, ensure_embedding_model, window_tokens  # noqa: E402
 from server.retrieval.embeddings import Embeddings, embedding_model  # noqa: E402
 from server.retrieval.search import Ranking, Searcher  # noqa: E402
+from server.records import MIGRATIONS  # noqa: E402
 from server.retrieval.sqlite_index import SqliteIndex  # noqa: E402
 from server.retrieval.vector_stores import StoreFile, VectorStore  # noqa: E402
 
@@ -164,7 +165,7 @@ async def main(chunks: int | None) -> None:
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     try:
         with tempfile.TemporaryDirectory() as folder:
-            index = SqliteIndex(Path(folder) / "bench.db")
+            index = SqliteIndex(Path(folder) / "bench.db", MIGRATIONS)
             if chunks is None:
                 results["quality"] = await quality(index, embeddings)
             else:

@@ -22,8 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from server.runs.background import BackgroundRuns  # noqa: E402
-from server.store.interface import RetentionPolicy, StoredResponse  # noqa: E402
-from server.store.sqlite import SqliteStore  # noqa: E402
+from server.responses.records import RetentionPolicy, StoredResponse  # noqa: E402
+from server.records import open_records  # noqa: E402
+from server.responses.response_records import ResponseRecords  # noqa: E402
 
 
 def make_record(n: int, events: int) -> tuple[StoredResponse, list[str]]:
@@ -40,7 +41,7 @@ def make_record(n: int, events: int) -> tuple[StoredResponse, list[str]]:
     return StoredResponse(response_id, time.time(), "completed", response, items), log
 
 
-async def timed_save(store: SqliteStore, record: StoredResponse, log: list[str]) -> float:
+async def timed_save(store: ResponseRecords, record: StoredResponse, log: list[str]) -> float:
     start = time.perf_counter()
     await store.save(record, events=log)
     return time.perf_counter() - start
@@ -48,14 +49,16 @@ async def timed_save(store: SqliteStore, record: StoredResponse, log: list[str])
 
 async def run(responses: int, events: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as directory:
-        store = SqliteStore(Path(directory) / "bench.db")
+        records = open_records(f"sqlite:///{Path(directory) / 'bench.db'}", RetentionPolicy(), Path("unused"))
+        assert records is not None
+        store = records.responses
         await timed_save(store, *make_record(-1, events))  # warm-up: schema and connection
         alone = [await timed_save(store, *make_record(n, events)) for n in range(32)]
         concurrent: list[float] = []
         for batch in range(32, 32 + responses, 32):
             concurrent += await asyncio.gather(*(timed_save(store, *make_record(n, events))
                                                  for n in range(batch, batch + 32)))
-        await store.close()
+        await records.close()
 
     def summary(values: list[float]) -> dict[str, float]:
         ordered = sorted(values)
@@ -83,7 +86,9 @@ async def with_retention(stored: int, saves: int, events: int) -> dict[str, obje
     for label, policy in (("retention off", RetentionPolicy()), ("retention on", RetentionPolicy(max_count=stored // 2))):
         with tempfile.TemporaryDirectory() as directory:
             path = Path(directory) / "bench.db"
-            store = SqliteStore(path, policy)
+            records = open_records(f"sqlite:///{path}", policy, Path("unused"))
+            assert records is not None
+            store = records.responses
             await timed_save(store, *make_record(-1, events))
             _prefill(path, stored)
             keeper = BackgroundRuns(lease_seconds=0.3)  # a retention round every 0.1 s, as often as it can matter
@@ -91,7 +96,7 @@ async def with_retention(stored: int, saves: int, events: int) -> dict[str, obje
             times = [await timed_save(store, *make_record(n, events)) for n in range(saves)]
             rounds.cancel()
             await asyncio.gather(rounds, return_exceptions=True)
-            await store.close()
+            await records.close()
         ordered = sorted(times)
         out[label] = {"p50_ms": round(statistics.median(ordered) * 1e3, 2),
                       "p99_ms": round(ordered[int(len(ordered) * 0.99) - 1] * 1e3, 2)}
@@ -101,7 +106,7 @@ async def with_retention(stored: int, saves: int, events: int) -> dict[str, obje
     return out
 
 
-async def _retention_rounds(keeper: BackgroundRuns, store: SqliteStore) -> None:
+async def _retention_rounds(keeper: BackgroundRuns, store: ResponseRecords) -> None:
     while True:
         await keeper._retain(store)
         await asyncio.sleep(keeper.lease_seconds / 3)

@@ -217,9 +217,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(check(argv[1:]))
     if argv[:1] == ["keys"]:  # `responses-server keys create | list | revoke`: the keys kept in the store
         from server.launch import data_dir
+        from server.records import open_key_records
         from server.tenancy.commands import main as keys
 
-        sys.exit(keys(argv[1:], data_dir() / "responses.db"))
+        sys.exit(keys(argv[1:], data_dir() / "responses.db", open_key_records))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to an engine worker or MCP server
     parser = build_parser()

@@ -18,9 +18,9 @@ from server.history.sealing import sealer_from
 from server.http.auth import api_keys
 from server.paths.chat_template import check_tool_call_parser
 from server.replicas.registry import ReplicaRegistry
-from server.store.factory import open_store
+from server.records import MIGRATIONS, open_records
 from server.tenancy.projects_file import ProjectsFile, read_projects_file
-from server.store.interface import RetentionPolicy
+from server.responses.records import RetentionPolicy
 from server.tools.mcp_servers import McpSettings
 from server.webhooks.sender import WebhookSettings
 from server.webhooks.signing import WebhookSecret
@@ -135,10 +135,10 @@ def open_retrieval(args: argparse.Namespace, context: Any) -> Any:
     or no embedding model)."""
     from server.retrieval.service import Retrieval, open_index, retrieval_settings
 
-    if context.store is None:
+    if context.records is None:
         return None
     settings = retrieval_settings(args.embedding_model, args.embedding_window, args.ingestion_seconds)
-    index = open_index(args.store, data_dir() / "responses.db")
+    index = open_index(args.store, data_dir() / "responses.db", MIGRATIONS)
     if settings.model is None or index is None:
         return None
 
@@ -147,7 +147,7 @@ def open_retrieval(args: argparse.Namespace, context: Any) -> Any:
 
         return await VllmEmbedder.start(model.path, model.name, model.window)
 
-    return Retrieval.open(settings, index, context.project_store, context.background.owner, args.lease_seconds,
+    return Retrieval.open(settings, index, context.records.project_files, context.background.owner, args.lease_seconds,
                           start_engine)
 
 
@@ -239,16 +239,16 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         mcp=McpSettings(dict(args.mcp_server), _hosts(args.allowed_mcp_domains), args.mcp_connect_timeout,
                         args.mcp_call_timeout, args.mcp_max_output_bytes, dict(args.tool_server)),
     )
-    store = open_store(args.store, RetentionPolicy(args.store_max_age, args.store_max_count),
-                       data_dir() / "responses.db", webhooks=args.webhook_url is not None)
+    records = open_records(args.store, RetentionPolicy(args.store_max_age, args.store_max_count),
+                           data_dir() / "responses.db", webhooks=args.webhook_url is not None)
     sealer = sealer_from(args.reasoning_key, data_dir())
     replica = args.replica_id or f"{socket.gethostname()}:{args.port}"
     background = BackgroundRuns(owner=replica if process is None else f"{replica}/{process}",
                                 lease_seconds=args.lease_seconds)
     context = ServingContext(config=config, engine_factory=None if starts else engine or engine_factory(args),
-                             model_starts=starts, store=store, sealer=sealer, background=background)
+                             model_starts=starts, records=records, sealer=sealer, background=background)
     context.retrieval = open_retrieval(args, context)
-    if store is not None:
-        context.replicas = ReplicaRegistry(store, replica, advertise_url(args.advertise_url),
+    if records is not None:
+        context.replicas = ReplicaRegistry(records.replicas, replica, advertise_url(args.advertise_url),
                                            draining=lambda: context.admission.draining)
     return create_app(context), context

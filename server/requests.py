@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from parsers.tools import model_name
-from server.attachments.files import check_file
+from server.file_data import check_file
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"

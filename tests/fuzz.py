@@ -88,7 +88,7 @@ def fuzz_server(projects: Any = None) -> Iterator[str]:
     from server.http.app import create_app
     from server.runs.context import ServingContext
     from server.bundled_model import ensure_bundled_model
-    from server.store.sqlite import SqliteStore
+    from tests.stores import sqlite_records
     from server.tools.mcp_servers import McpSettings
     from tests.conftest import serve_in_thread
     from tests.mcp_servers import serve_mcp
@@ -104,7 +104,7 @@ def fuzz_server(projects: Any = None) -> Iterator[str]:
                               mcp=McpSettings(servers={"calc": mcp.url}, allowed_domains=("127.0.0.1",),
                                               connect_seconds=2, call_seconds=2),
                               **({"projects": projects} if projects is not None else {}))
-        context = ServingContext(config=config, engine_factory=lambda: engine, store=SqliteStore(Path(data) / "fuzz.db"))
+        context = ServingContext(config=config, engine_factory=lambda: engine, records=sqlite_records(Path(data) / "fuzz.db"))
         context.retrieval = retrieval_double(context, Path(data) / "fuzz.db")
         with serve_in_thread(create_app(context)) as base_url:
             yield base_url.removesuffix("/v1")
@@ -119,6 +119,7 @@ def retrieval_double(context: Any, database: Path) -> Any:
     from server.retrieval.embedding_model import ensure_embedding_model
     from server.retrieval.service import Retrieval, RetrievalSettings
     from server.retrieval.sqlite_index import SqliteIndex
+    from server.records import MIGRATIONS
     from tests.retrieval_doubles import WordsEmbedder, words_model
 
     path = str(ensure_embedding_model())
@@ -127,7 +128,7 @@ def retrieval_double(context: Any, database: Path) -> Any:
     async def start(_: Any) -> Any:
         return embedder
 
-    return Retrieval.open(RetrievalSettings(words_model(path)), SqliteIndex(database), context.project_store,
+    return Retrieval.open(RetrievalSettings(words_model(path)), SqliteIndex(database, MIGRATIONS), context.project_files,
                           "fuzz", 2.0, start)
 
 

@@ -21,7 +21,8 @@ from server.http.forwarding import HOP_HEADER
 from server.rendezvous import rendezvous
 from server.replicas.registry import ReplicaRegistry
 from server.runs.context import ServingContext
-from server.store.interface import Replica, StoredConversation
+from server.replicas.records import Replica
+from server.responses.records import StoredConversation
 from server.runs.admission import Admission
 from tests.conftest import serve_asgi, serve_in_thread
 from tests.scripted_engine import ScriptedEngine
@@ -59,8 +60,8 @@ def replica(name: str, store_url: str, tokenizer: Any, config: ServerConfig | No
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     store = open_url(store_url)
     context = ServingContext(config=config or ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
-                             store=store)
-    context.replicas = ReplicaRegistry(store, name, interval=0.1)
+                             records=store)
+    context.replicas = ReplicaRegistry(store.replicas, name, interval=0.1)
     with serve_in_thread(create_app(context)) as base_url:
         if advertise:  # its address is known once it listens; the next heartbeat registers it
             context.replicas.url = base_url.removesuffix("/v1")
@@ -104,29 +105,29 @@ def replayed(node: Node, response_id: str) -> list[str]:
 
 def test_the_store_keeps_homes_and_the_live_replicas(store_url: str) -> None:
     async def scenario() -> None:
-        store = open_url(store_url)
-        await store.heartbeat(Replica("a", "http://a:8000"), draining=False)
-        await store.heartbeat(Replica("b", "http://b:8000"), draining=False)
-        await store.heartbeat(Replica("c", "http://c:8000"), draining=True)
-        assert await store.live_replicas(60) == [Replica("a", "http://a:8000"), Replica("b", "http://b:8000")]
+        records = open_url(store_url)
+        await records.replicas.heartbeat(Replica("a", "http://a:8000"), draining=False)
+        await records.replicas.heartbeat(Replica("b", "http://b:8000"), draining=False)
+        await records.replicas.heartbeat(Replica("c", "http://c:8000"), draining=True)
+        assert await records.replicas.live_replicas(60) == [Replica("a", "http://a:8000"), Replica("b", "http://b:8000")]
         await asyncio.sleep(0.3)
-        await store.heartbeat(Replica("b", "http://b:9000"), draining=False)
-        assert await store.live_replicas(0.2) == [Replica("b", "http://b:9000")]  # a's heartbeat is too old
-        await store.leave("b")
-        assert await store.live_replicas(60) == [Replica("a", "http://a:8000")]
+        await records.replicas.heartbeat(Replica("b", "http://b:9000"), draining=False)
+        assert await records.replicas.live_replicas(0.2) == [Replica("b", "http://b:9000")]  # a's heartbeat is too old
+        await records.replicas.leave("b")
+        assert await records.replicas.live_replicas(60) == [Replica("a", "http://a:8000")]
 
         from dataclasses import replace
-        await store.save(replace(record(1), replica="a"))
-        await store.save(record(2))
-        assert (await store.response_home("resp_1", "default"), await store.response_home("resp_2", "default")) == ("a", None)
-        assert await store.response_home("resp_missing", "default") is None
-        await store.create_conversation(StoredConversation("conv_1", 0, {}), [])
-        assert await store.conversation_home("conv_1", "default") is None
-        assert await store.add_conversation_items("conv_1", [{"id": "msg_1", "type": "message"}], "b", "default")
-        assert await store.add_conversation_items("conv_1", [{"id": "msg_2", "type": "message"}], None, "default")  # by the API
-        assert await store.conversation_home("conv_1", "default") == "b"
-        assert not await store.add_conversation_items("conv_missing", [], "b", "default")
-        await store.close()
+        await records.responses.save(replace(record(1), replica="a"))
+        await records.responses.save(record(2))
+        assert (await records.responses.response_home("resp_1", "default"), await records.responses.response_home("resp_2", "default")) == ("a", None)
+        assert await records.responses.response_home("resp_missing", "default") is None
+        await records.conversations.create_conversation(StoredConversation("conv_1", 0, {}), [])
+        assert await records.conversations.conversation_home("conv_1", "default") is None
+        assert await records.conversations.add_conversation_items("conv_1", [{"id": "msg_1", "type": "message"}], "b", "default")
+        assert await records.conversations.add_conversation_items("conv_1", [{"id": "msg_2", "type": "message"}], None, "default")  # by the API
+        assert await records.conversations.conversation_home("conv_1", "default") == "b"
+        assert not await records.conversations.add_conversation_items("conv_missing", [], "b", "default")
+        await records.close()
 
     asyncio.run(scenario())
 
@@ -274,9 +275,9 @@ def test_a_draining_home_leaves_the_request_here(pair: tuple[Node, Node], tokeni
 
 async def beat(store_url: str, replica: Replica) -> None:
     """One heartbeat for a replica that is no server of ours."""
-    store = open_url(store_url)
-    await store.heartbeat(replica, draining=False)
-    await store.close()
+    records = open_url(store_url)
+    await records.replicas.heartbeat(replica, draining=False)
+    await records.close()
 
 
 def ghost_app() -> Any:

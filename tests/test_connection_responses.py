@@ -4,7 +4,7 @@ and the chains that responses being prepared or run continue."""
 from __future__ import annotations
 
 from server.runs.connection_responses import MAX_LANES_KEPT, ConnectionResponses
-from server.store.interface import StoredResponse
+from server.responses.records import StoredResponse
 
 
 def record(response_id: str, previous: str | None = None) -> StoredResponse:

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from server.store.interface import StoredConversation
+from server.responses.records import StoredConversation
 from tests.test_server import MODEL, Harness
 from tests.test_store import CALL, TOOLS, open_url, say, stateful  # noqa: F401  (the fixture)
 from tests.scripted_engine import steps_from_tokens
@@ -19,7 +19,8 @@ from tests.scripted_engine import steps_from_tokens
 
 def test_store_keeps_conversation_items_in_order_and_pages_them(store_url: str) -> None:
     async def scenario() -> None:
-        store = open_url(store_url)
+        records = open_url(store_url)
+        store = records.conversations
         await store.create_conversation(StoredConversation("conv_1", 7, {"k": "v"}),
                                         [{"id": f"msg_{n}", "type": "message"} for n in range(3)])
         assert await store.add_conversation_items("conv_1", [{"id": "msg_3", "type": "message"}], None, "default")
@@ -33,12 +34,13 @@ def test_store_keeps_conversation_items_in_order_and_pages_them(store_url: str) 
         assert await store.delete_conversation_item("conv_1", "msg_1", "default")
         assert await store.conversation_item("conv_1", "msg_1", "default") is None
         assert (await store.update_conversation("conv_1", {"a": "b"}, "default")).metadata == {"a": "b"}  # type: ignore[union-attr]
-        await store.close()
-        reopened = open_url(store_url)
+        await records.close()
+        reopened_records = open_url(store_url)
+        reopened = reopened_records.conversations
         assert (await reopened.get_conversation("conv_1", "default")).created_at == 7  # type: ignore[union-attr]
         assert await reopened.delete_conversation("conv_1", "default")
         assert await reopened.conversation_items("conv_1", None, None, "asc", "default") == ([], False)
-        await reopened.close()
+        await reopened_records.close()
 
     asyncio.run(scenario())
 

@@ -18,8 +18,8 @@ from parsers.decoder import IncrementalDecoder
 from server.config import ServerConfig
 from server.http.app import create_app
 from server.runs.context import ServingContext
-from server.store.factory import open_store
-from server.store.interface import RetentionPolicy
+from server.records import open_records
+from server.responses.records import RetentionPolicy
 from streaming.builder import ResponseBuilder
 from streaming.event_types import TERMINAL_EVENTS
 from streaming.ids import counting_ids
@@ -72,10 +72,10 @@ STEPS: dict[str, tuple[Callable[[pytest.MonkeyPatch, ScriptedEngine], None], dic
 @pytest.fixture(scope="module")
 def served(tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ServingContext]]:
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
-    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('store') / 'responses.db'}", RetentionPolicy(),
+    store = open_records(f"sqlite:///{tmp_path_factory.mktemp('store') / 'responses.db'}", RetentionPolicy(),
                        Path("unused"))
     context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
-                             ids=counting_ids(), store=store)
+                             ids=counting_ids(), records=store)
     with serve_in_thread(create_app(context)) as base_url:
         yield base_url, context
 
@@ -116,8 +116,8 @@ def test_an_error_at_any_step_ends_the_response_once_as_stored(served: tuple[str
     inject, fields = STEPS[step]
     inject(monkeypatch, engine)
     if step == "store save":
-        assert context.store is not None
-        monkeypatch.setattr(context.store, "save", _failing_on(1, context.store.save))
+        assert context.records is not None
+        monkeypatch.setattr(context.records.responses, "save", _failing_on(1, context.records.responses.save))
     events = _events(base_url, transport, {"model": MODEL, "input": "What is the answer?", **fields})
     terminal = [event for event in events if event["type"] in TERMINAL_EVENTS]
     assert len(terminal) == 1 and events[-1] is terminal[0], [event["type"] for event in events]

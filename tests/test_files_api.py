@@ -25,7 +25,7 @@ from tests.test_tenancy_isolation import KEYS, declared
 def _served(tokenizer: Any, store: Any, **config: Any) -> tuple[ScriptedEngine, Any]:
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     context = ServingContext(config=ServerConfig(served_model_name=MODEL, **config), engine_factory=lambda: engine,
-                             store=store)
+                             records=store)
     return engine, serve_in_thread(create_app(context))
 
 

@@ -21,7 +21,7 @@ from server.http.app import create_app
 from server.models.registry import ModelStart
 from server.model_settings import ModelSettings
 from server.runs.context import ServingContext
-from server.store.sqlite import SqliteStore
+from tests.stores import sqlite_records
 from tests.conftest import serve_asgi, serve_in_thread
 from tests.scale_out_worker import ScaleOutWorker
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
@@ -83,7 +83,7 @@ class Fleet:
         starts = (ModelStart(ModelSettings(SMALL), self._start(SMALL, self.urls[:2], tokenizer)),
                   ModelStart(ModelSettings(OTHER), self._start(OTHER, self.urls[2:], tokenizer)))
         self.context = ServingContext(config=ServerConfig(served_model_name=SMALL, **config), model_starts=starts,
-                                      sealer=sealer, store=SqliteStore(store))
+                                      sealer=sealer, records=sqlite_records(store))
         self.base_url = stack.enter_context(serve_in_thread(create_app(self.context)))
 
     @staticmethod

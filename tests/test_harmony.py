@@ -266,12 +266,12 @@ def test_path_is_chosen_once_per_model() -> None:
 
 def test_previous_response_id_on_the_harmony_path(tmp_path: Path) -> None:
     """The stored reasoning, preamble and calls go back into the harmony prompt of the next turn."""
-    from server.store.sqlite import SqliteStore
+    from tests.stores import sqlite_records
 
     engine = ScriptedEngine(tokenizer=None, scripts=[steps_from_tokens(CALLS_WITH_PREAMBLE, cuts=[9])],
                             max_model_len=131072)
     context = ServingContext(config=ServerConfig(served_model_name=MODEL, harmony=True),
-                             engine_factory=lambda: engine, store=SqliteStore(tmp_path / "r.db"))
+                             engine_factory=lambda: engine, records=sqlite_records(tmp_path / "r.db"))
     with serve_in_thread(create_app(context)) as base_url:
         client = Harness(engine, base_url).client
         first = client.responses.create(model=MODEL, input="Weather in Paris and Rome?", tools=TOOLS)  # type: ignore[arg-type]

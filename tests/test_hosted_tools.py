@@ -43,7 +43,7 @@ def served(tokenizer: Any, mcp: RunningMcp, browser: RunningMcp, database: Path)
                            call_seconds=10, tool_servers={"browser": browser.url, "python": mcp.url})
     config = ServerConfig(served_model_name=MODEL, tool_call_parser="hermes", mcp=settings)
     context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids(),
-                             store=open_url(f"sqlite:///{database}"))
+                             records=open_url(f"sqlite:///{database}"))
     with serve_in_thread(create_app(context)) as base_url:
         yield Harness(engine, base_url)
 
@@ -446,7 +446,7 @@ def test_another_projects_approval_request_is_a_missing_one(tokenizer: Any, mcp:
     config = ServerConfig(served_model_name=MODEL, tool_call_parser="hermes", mcp=settings,
                           projects=ProjectsFile(declared))
     context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids(),
-                             store=open_url(f"sqlite:///{tmp_path / 'responses.db'}"))
+                             records=open_url(f"sqlite:///{tmp_path / 'responses.db'}"))
     tool = mcp_tool(require_approval="always")
     with serve_in_thread(create_app(context)) as base_url:
         def post(project: str, **body: Any) -> httpx.Response:

@@ -17,8 +17,8 @@ from tests.test_server import MODEL, Harness, answer_tokens  # noqa: F401
 from tests.test_server import in_process_harness as harness  # noqa: F401  (the fixture, by this name)
 from server.attachments.work_pool import WorkLimits
 from server.config import ServerConfig
-from server.store.factory import open_store
-from server.store.interface import RetentionPolicy
+from server.records import open_records
+from server.responses.records import RetentionPolicy
 from server.http.app import create_app
 from server.runs.context import ServingContext
 from streaming.ids import counting_ids
@@ -33,10 +33,10 @@ CALL = {"type": "function_call", "call_id": "call_1", "name": "lookup", "argumen
 def counted(tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Harness, ServingContext]]:
     """A served app with a store, whose context the test reads (how many responses it holds as running)."""
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
-    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('store') / 'responses.db'}", RetentionPolicy(),
+    store = open_records(f"sqlite:///{tmp_path_factory.mktemp('store') / 'responses.db'}", RetentionPolicy(),
                        Path("unused"))
     config = ServerConfig(served_model_name=MODEL, input_work=WorkLimits(workers=2, seconds=1.0))
-    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids(), store=store)
+    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids(), records=store)
     with serve_in_thread(create_app(context)) as base_url:
         yield Harness(engine, base_url), context
 

@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 from server.config import ServerConfig
-from server.store.factory import open_store
-from server.store.interface import RetentionPolicy
+from server.records import open_records
+from server.responses.records import RetentionPolicy
 from server.http.app import create_app
 from server.runs.context import ServingContext
 from streaming.ids import counting_ids
@@ -84,10 +84,10 @@ def vision(tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     answer = steps_from_tokens(tokenizer.encode("A red square.", add_special_tokens=False), cuts=[1])
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[answer], input_modalities=("text", "image"),
                             image_placeholder=PLACEHOLDER)
-    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('store') / 'responses.db'}", RetentionPolicy(),
+    store = open_records(f"sqlite:///{tmp_path_factory.mktemp('store') / 'responses.db'}", RetentionPolicy(),
                        Path("unused"))
     config = ServerConfig(served_model_name=MODEL, allowed_media_domains=("127.0.0.1",))
-    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids(), store=store)
+    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids(), records=store)
     with serve_in_thread(create_app(context)) as base_url:
         yield Vision(engine, base_url, tokenizer)
 

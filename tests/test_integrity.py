@@ -7,6 +7,7 @@ import logging
 import multiprocessing
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,27 +19,26 @@ from server.http.app import create_app
 from server.http.auth import api_keys
 from server.history.sealing import Sealer, sealer_from
 from server.runs.context import ServingContext
-from server.store.sqlite import SqliteStore
+from tests.stores import faulty_sqlite, sqlite_records
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.sse import events_of, parse_frames
 from tests.test_server import MODEL, Harness, answer_tokens
 from tests.test_store import say
-from tests.test_store_faults import FaultyStore
 from conformance.contract import validate_events
 
 
-def serve(tokenizer: Any, store: Any = None, **config: Any) -> tuple[ScriptedEngine, Any, ServingContext]:
+def serve(tokenizer: Any, records: Any = None, **config: Any) -> tuple[ScriptedEngine, Any, ServingContext]:
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     context = ServingContext(config=ServerConfig(served_model_name=MODEL, **config), engine_factory=lambda: engine,
-                             store=store)
+                             records=records)
     return engine, serve_in_thread(create_app(context)), context
 
 
 def test_a_background_start_the_store_refused_gives_its_place_back(tokenizer: Any, tmp_path: Path) -> None:
     """Point 1: a failed background start held its concurrency slot forever (every later request a 429)."""
-    store = FaultyStore(SqliteStore(tmp_path / "responses.db"))
-    engine, server, context = serve(tokenizer, store, max_concurrent_requests=2)
+    store = faulty_sqlite(tmp_path / "responses.db")
+    engine, server, context = serve(tokenizer, store.records, max_concurrent_requests=2)
     with server as base_url:
         harness = Harness(engine, base_url)
         store.broken = True
@@ -59,7 +59,7 @@ def test_a_chain_survives_a_new_reasoning_key(tokenizer: Any, tmp_path: Path) ->
         engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(thinking + [tokenizer.eos_token_id],
                                                                                  cuts=[3])])
         config = ServerConfig(served_model_name=MODEL, reasoning_parser="qwen3")
-        context = ServingContext(config=config, engine_factory=lambda: engine, store=SqliteStore(db),
+        context = ServingContext(config=config, engine_factory=lambda: engine, records=sqlite_records(db),
                                  sealer=sealer_from(key, tmp_path))
         with serve_in_thread(create_app(context)) as base_url:
             harness = Harness(engine, base_url)
@@ -140,7 +140,7 @@ def test_malformed_tool_shapes_are_a_400(tokenizer: Any, body: dict[str, Any]) -
 
 def test_a_huge_starting_after_is_a_400(tokenizer: Any, tmp_path: Path) -> None:
     """Point 12: `?stream=true&starting_after=99999999999999999999` was a 500."""
-    engine, server, _ = serve(tokenizer, SqliteStore(tmp_path / "responses.db"))
+    engine, server, _ = serve(tokenizer, sqlite_records(tmp_path / "responses.db"))
     with server as base_url:
         harness = Harness(engine, base_url)
         harness.play(say(tokenizer, "Stored."))
@@ -267,8 +267,8 @@ def _stored(base_url: str, response_id: str) -> dict[str, Any] | None:
 
 def test_a_background_terminal_save_is_retried_until_the_store_takes_it(tokenizer: Any, tmp_path: Path) -> None:
     """Point 7: the client saw `completed` while the store kept `in_progress` (until the lease expired: failed)."""
-    store = FaultyStore(SqliteStore(tmp_path / "responses.db"))
-    engine, server, context = serve(tokenizer, store)
+    store = faulty_sqlite(tmp_path / "responses.db")
+    engine, server, context = serve(tokenizer, store.records)
     with server as base_url:
         harness = Harness(engine, base_url)
         engine.step_delay = 0.02
@@ -284,16 +284,16 @@ def test_a_background_terminal_save_is_retried_until_the_store_takes_it(tokenize
         assert validate_events(replayed).status == "completed"
 
 
-class GatedStore(FaultyStore):
-    """A store whose terminal saves wait while `gate` is closed (the test opens it)."""
+class GatedResponses:
+    """Real response records whose terminal saves wait while `gate` is closed (the test opens it)."""
 
-    def __init__(self, inner: SqliteStore) -> None:
-        super().__init__(inner)
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
         self.gate = threading.Event()
         self.holding = threading.Event()
 
     def __getattr__(self, name: str) -> Any:
-        call = super().__getattr__(name)
+        call = getattr(self.inner, name)
         if name not in ("save", "finish_owned"):
             return call
 
@@ -312,8 +312,9 @@ class GatedStore(FaultyStore):
 def test_a_cancel_during_the_terminal_save_keeps_the_ending_the_client_saw(tokenizer: Any, tmp_path: Path) -> None:
     """Point 5: the cancel answered `completed`, the follower's stream had no terminal event, the row stayed
     in_progress."""
-    store = GatedStore(SqliteStore(tmp_path / "responses.db"))
-    engine, server, _ = serve(tokenizer, store)
+    records = sqlite_records(tmp_path / "responses.db")
+    store = GatedResponses(records.responses)
+    engine, server, _ = serve(tokenizer, replace(records, responses=store))
     with server as base_url:
         harness = Harness(engine, base_url)
         harness.play(say(tokenizer, "Done before the cancel."))
@@ -344,16 +345,16 @@ def test_a_replica_that_stalled_past_its_lease_does_not_overwrite_the_failure(to
     from tests.invariants import violations
 
     db = tmp_path / "responses.db"
-    store_a = FaultyStore(SqliteStore(db))
+    store_a = faulty_sqlite(db)
     engine_a = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(answer_tokens(tokenizer) * 2,
                                                                                cuts=list(range(1, 40)))],
                               step_delay=0.1)
     engine_b = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     runs = {name: BackgroundRuns(owner=name, lease_seconds=1.0, poll_seconds=0.05) for name in "ab"}
     context_a = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine_a,
-                               store=store_a, background=runs["a"])
+                               records=store_a.records, background=runs["a"])
     context_b = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine_b,
-                               store=SqliteStore(db), background=runs["b"])
+                               records=sqlite_records(db), background=runs["b"])
     with serve_in_thread(create_app(context_a)) as a, serve_in_thread(create_app(context_b)) as b:
         response_id = httpx.post(f"{a}/responses", json={"model": MODEL, "input": "x", "background": True}).json()["id"]
         followed: list[dict[str, Any]] = []
@@ -380,7 +381,7 @@ def test_deleting_a_running_background_response_cancels_it_and_it_stays_deleted(
         tokenizer: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Point 3: DELETE did not cancel the run; its writer hit foreign-key errors (logged as a store outage) and its
     terminal save recreated the row as completed, with a log starting mid-way."""
-    engine, server, _ = serve(tokenizer, SqliteStore(tmp_path / "responses.db"))
+    engine, server, _ = serve(tokenizer, sqlite_records(tmp_path / "responses.db"))
     caplog.set_level(logging.ERROR)
     with server as base_url:
         harness = Harness(engine, base_url)
@@ -435,8 +436,8 @@ def test_failures_are_told_in_the_clients_terms(tokenizer: Any) -> None:
 def test_a_stream_that_ended_during_an_outage_is_stored_once_the_store_is_back(tokenizer: Any,
                                                                               tmp_path: Path) -> None:
     """What a client was told is what the store keeps: a stored stream whose save failed was never stored."""
-    store = FaultyStore(SqliteStore(tmp_path / "responses.db"))
-    engine, server, _ = serve(tokenizer, store)
+    store = faulty_sqlite(tmp_path / "responses.db")
+    engine, server, _ = serve(tokenizer, store.records)
     with server as base_url:
         harness = Harness(engine, base_url)
         harness.play(say(tokenizer, "Told during the outage."))

@@ -34,9 +34,14 @@ def test_the_layering_contracts_are_kept() -> None:
 @pytest.mark.parametrize(("module", "back_import", "contract"), [
     ("server/history/truncation.py", "import server.http.errors", "only the HTTP layer itself"),
     ("parsers/hermes.py", "import streaming.builder", "parsers know nothing"),
-    ("server/store/rows.py", "import server.runs.generation", "the store and the engine"),
+    ("server/store/database.py", "import server.tenancy.keys", "the store keeps the database"),
+    ("server/tenancy/limiter.py", "import server.responses.rows", "responses and conversations keep their SQL"),
+    ("server/history/chains.py", "import server.retrieval.file_records", "retrieval keeps its files' records"),
+    ("server/paths/base.py", "import server.runs.prepare", "the server's layers"),
     ("server/runs/prepare.py", "import fastapi", "the domain knows nothing of the web framework"),
-], ids=["domain imports http", "parser imports streaming", "store imports runs", "domain imports fastapi"])
+], ids=["domain imports http", "parser imports streaming", "store imports a capability",
+        "a room reads another room's SQL", "a room reads another room's records", "a layer imports one above it",
+        "domain imports fastapi"])
 def test_a_back_import_breaks_a_contract(tmp_path: Path, module: str, back_import: str, contract: str) -> None:
     tree = tmp_path / "tree"
     for package in ("server", "parsers", "streaming"):
@@ -65,3 +70,16 @@ def test_the_docs_layout_names_every_module_and_only_modules_that_exist() -> Non
     named = set(re.findall(r"`((?:server|parsers|streaming)/[\w/]+\.py)`", readme))
     assert modules - named == set(), "modules the docs' layout table (docs/architecture.md) does not name"
     assert named - modules == set(), "paths the docs' layout table names that are not in the tree"
+
+
+def test_the_docs_draw_the_layers_the_contract_keeps() -> None:
+    """docs/architecture.md's list of layers is the `layers` contract, line for line."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    drawn = re.search(r"```layers\n(.*?)```", (ROOT / "docs" / "architecture.md").read_text(), re.S)
+    assert drawn is not None, "docs/architecture.md has no ```layers block"
+    assert drawn.group(1).splitlines() == contract["layers"]
+    every_package = {f"server.{path.stem}" for path in (ROOT / "server").iterdir()
+                     if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").exists()}
+    layered = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+    assert every_package - layered == set(), "packages of server/ that no layer names"

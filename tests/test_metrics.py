@@ -38,7 +38,7 @@ def measured(tokenizer: Any, tmp_path: Any) -> Iterator[Harness]:
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     config = ServerConfig(served_model_name=MODEL, api_keys=("sk-test",))
     context = ServingContext(config=config, engine_factory=lambda: engine,
-                             store=open_url(f"sqlite:///{tmp_path / 'r.db'}"))
+                             records=open_url(f"sqlite:///{tmp_path / 'r.db'}"))
     with serve_in_thread(create_app(context)) as base_url:
         yield Harness(engine, base_url)
 

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from conformance.contract import validate_events
 from server.config import ServerConfig
 from server.http.app import create_app
+from server.records import MIGRATIONS
 from server.retrieval.chunking import (SEGMENT_CHARS, ChunkingStrategy, _tokenizer, document_chunks, encoded,
                                        special_tokens)
 from server.retrieval.embedding_model import ensure_embedding_model
@@ -94,19 +95,19 @@ def served_app(tokenizer: Any, url: str, embedding_path: str,
                embedder: WordsEmbedder | None = None) -> tuple[ServingContext, ScriptedEngine, WordsEmbedder]:
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     config = ServerConfig(served_model_name=MODEL, tool_call_parser="hermes", projects=ProjectsFile(declared()))
-    context = ServingContext(config=config, engine_factory=lambda: engine, store=open_url(url))
+    context = ServingContext(config=config, engine_factory=lambda: engine, records=open_url(url))
     embedder = embedder or WordsEmbedder(_tokenizer(embedding_path))
 
     async def start(_: Any) -> WordsEmbedder:
         return embedder
 
     context.retrieval = Retrieval.open(RetrievalSettings(words_model(embedding_path)), _index(url),
-                                       context.project_store, "test-process", 1.0, start)
+                                       context.project_files, "test-process", 1.0, start)
     return context, engine, embedder
 
 
 def _index(url: str) -> VectorIndex:
-    index = open_index(url, Path("unused"))
+    index = open_index(url, Path("unused"), MIGRATIONS)
     assert index is not None
     return index
 

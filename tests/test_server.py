@@ -326,11 +326,11 @@ def test_api_keys_guard_every_route_but_health(tokenizer: Any, tmp_path: Any) ->
     the pages a browser loads before it has a key (the console's, the API reference) are open, and none is an API
     route."""
     from server.console.routes import OPEN_PAGES, OPEN_PREFIXES
-    from server.store.sqlite import SqliteStore
+    from tests.stores import sqlite_records
 
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(answer_tokens(tokenizer, "ok"), [])])
     context = ServingContext(config=ServerConfig(served_model_name=MODEL, api_keys=("first-key", "second-key")),
-                             engine_factory=lambda: engine, store=SqliteStore(tmp_path / "r.db"))
+                             engine_factory=lambda: engine, records=sqlite_records(tmp_path / "r.db"))
     app = create_app(context)
     routes = [(method, route.path) for route in app.routes for method in sorted(getattr(route, "methods", ()))]
     assert len(routes) > 20

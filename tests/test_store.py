@@ -16,8 +16,9 @@ from server.http.app import create_app
 from server.runs.context import ServingContext
 from server.config import ServerConfig
 from server.runs.background import interrupt_with
-from server.store.factory import open_store
-from server.store.interface import ResponseStore, RetentionPolicy, StoredConversation, StoredResponse
+from server.records import MIGRATIONS, Records
+from server.responses.records import RetentionPolicy, StoredConversation, StoredResponse
+from tests.stores import records_at
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.sse import events_of, parse_frames
@@ -37,15 +38,14 @@ def record(n: int, items: int = 3, created: float | None = None, status: str = "
                           input_items=[{"id": f"msg_{n}_{i}", "type": "message"} for i in range(items)])
 
 
-def open_url(url: str, retention: RetentionPolicy = RetentionPolicy()) -> ResponseStore:
-    store = open_store(url, retention, Path("unused"))
-    assert store is not None
-    return store
+def open_url(url: str, retention: RetentionPolicy = RetentionPolicy()) -> Records:
+    return records_at(url, retention)
 
 
 def test_store_round_trip_pagination_and_delete(store_url: str) -> None:
     async def scenario() -> None:
-        store = open_url(store_url)
+        records = open_url(store_url)
+        store = records.responses
         await store.save(record(1, items=5), events=[json.dumps({"sequence_number": n, "type": "x"}) for n in range(4)])
         got = await store.get("resp_1", "default")
         assert got is not None and got.response["id"] == "resp_1" and len(got.input_items) == 5
@@ -59,7 +59,7 @@ def test_store_round_trip_pagination_and_delete(store_url: str) -> None:
         assert await store.delete("resp_1", "default") and await store.get("resp_1", "default") is None
         assert not await store.delete("resp_1", "default")
         assert await store.events_after("resp_1", -1, "default") == []
-        await store.close()
+        await records.close()
 
     asyncio.run(scenario())
 
@@ -74,16 +74,18 @@ def event(n: int, kind: str = "x") -> str:
 
 def test_concurrent_writers_and_a_restart_fails_only_what_is_no_longer_running(store_url: str) -> None:
     async def write_all() -> None:
-        store = open_url(store_url)
+        records = open_url(store_url)
+        store = records.responses
         await asyncio.gather(*(store.save(record(n)) for n in range(64)))
         await store.start_owned(running(100, "replica-a"), lease_seconds=60)
         assert await store.append_events("resp_100", [event(0)], "replica-a")
         await store.start_owned(running(101, "replica-b"), lease_seconds=-1)  # b stopped renewing: expired
         await store.start_owned(running(102, "replica-c"), lease_seconds=60)  # c is alive
-        await store.close()
+        await records.close()
 
     async def reopen() -> None:
-        store = open_url(store_url)  # replica-a restarts
+        records = open_url(store_url)  # replica-a restarts
+        store = records.responses
         assert all([await store.get(f"resp_{n}", "default") for n in range(64)])
         failed = await store.fail_interrupted(interrupt_with("server restarted"), restarted_owner="replica-a")
         assert sorted(failed) == ["resp_100", "resp_101"]
@@ -98,7 +100,7 @@ def test_concurrent_writers_and_a_restart_fails_only_what_is_no_longer_running(s
         assert await store.fail_interrupted(interrupt_with("gone")) == []
         await store.renew_leases("replica-c", ["resp_102"], lease_seconds=-1)  # as if c stopped renewing
         assert await store.fail_interrupted(interrupt_with("gone")) == ["resp_102"]
-        await store.close()
+        await records.close()
 
     asyncio.run(write_all())
     asyncio.run(reopen())
@@ -106,7 +108,8 @@ def test_concurrent_writers_and_a_restart_fails_only_what_is_no_longer_running(s
 
 def test_leases_renew_and_cancel_requests_reach_their_owner(store_url: str) -> None:
     async def scenario() -> None:
-        store = open_url(store_url)
+        records = open_url(store_url)
+        store = records.responses
         await store.start_owned(running(1, "replica-a"), lease_seconds=-1)
         await store.start_owned(running(2, "replica-b"), lease_seconds=-1)
         await store.save(record(3))
@@ -118,14 +121,15 @@ def test_leases_renew_and_cancel_requests_reach_their_owner(store_url: str) -> N
         assert not await store.request_cancel("resp_3", "default")  # not a background response
         assert await store.cancel_requests("replica-a") == ["resp_1"]
         assert await store.cancel_requests("replica-b") == []
-        await store.close()
+        await records.close()
 
     asyncio.run(scenario())
 
 
 def test_retention_by_age_and_count(store_url: str) -> None:
     async def scenario() -> None:
-        store = open_url(store_url, RetentionPolicy(max_age_seconds=3600, max_count=3))
+        records = open_url(store_url, RetentionPolicy(max_age_seconds=3600, max_count=3))
+        store = records.responses
         await store.save(record(0, created=time.time() - 7200))
         for n in range(1, 6):
             await store.save(record(n))
@@ -135,7 +139,7 @@ def test_retention_by_age_and_count(store_url: str) -> None:
         assert await store.enforce_retention(batch=100) == 0
         kept = [n for n in range(7) if await store.get(f"resp_{n}", "default")]
         assert kept == [3, 4, 5, 6]  # the running one is never deleted, however old
-        await store.close()
+        await records.close()
 
     asyncio.run(scenario())
 
@@ -146,7 +150,7 @@ def test_retention_by_age_and_count(store_url: str) -> None:
 def served(tokenizer: Any, store_url: str, config: ServerConfig | None = None) -> Any:
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     context = ServingContext(config=config or ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
-                             store=open_url(store_url))
+                             records=open_url(store_url))
     return engine, serve_in_thread(create_app(context))
 
 
@@ -327,7 +331,8 @@ def test_writes_of_an_owner_land_only_while_the_response_is_still_theirs(store_u
     """Integrity point 2: a replica that stalled past its lease finished and overwrote the failed response, and its
     events went into the log after the other replica's terminal event."""
     async def scenario() -> None:
-        store = open_url(store_url)
+        records = open_url(store_url)
+        store = records.responses
         await store.start_owned(running(1, "replica-a"), lease_seconds=60)
         assert await store.append_events("resp_1", [event(0, "response.created")], "replica-a")
         assert not await store.append_events("resp_1", [event(1)], "replica-b")  # not b's
@@ -345,7 +350,7 @@ def test_writes_of_an_owner_land_only_while_the_response_is_still_theirs(store_u
         assert not await store.finish_owned(replace(running(2, "replica-a"), status="completed"), [event(0)])
         assert not await store.append_events("resp_2", [event(0)], "replica-a")
         assert await store.get("resp_2", "default") is None
-        await store.close()
+        await records.close()
 
     asyncio.run(scenario())
 
@@ -355,7 +360,8 @@ def test_an_event_log_written_again_from_an_earlier_point_keeps_each_event_once(
     event, with whatever came since: the log then holds every event once, in order, and a follower reading from
     the middle of a write gets only what follows."""
     async def scenario() -> None:
-        store = open_url(store_url)
+        records = open_url(store_url)
+        store = records.responses
         await store.start_owned(running(1, "replica-a"), lease_seconds=60)
         assert await store.append_events("resp_1", [event(0, "response.created"), event(1)], "replica-a")
         assert await store.append_events("resp_1", [event(0, "response.created"), event(1), event(2)], "replica-a")
@@ -368,7 +374,7 @@ def test_an_event_log_written_again_from_an_earlier_point_keeps_each_event_once(
         assert [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 3, "default")] == [4, 5]
         assert [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 1, "default")] == [2, 3, 4, 5]
         assert await store.events_after("resp_1", 5, "default") == []
-        await store.close()
+        await records.close()
 
     asyncio.run(scenario())
 
@@ -378,12 +384,13 @@ def test_saving_a_long_event_log_costs_no_more_statements_than_a_short_one(tmp_p
     do not grow with the number of events (one per event cost about 6 µs per streamed token)."""
     def statements_to_save(events: int, name: str) -> int:
         async def scenario() -> int:
-            store = open_url(f"sqlite:///{tmp_path / name}")
+            records = open_url(f"sqlite:///{tmp_path / name}")
+            store = records.responses
             await store.get("resp_0", "default")  # opens the file and migrates it
             executed: list[str] = []
-            store._connection.set_trace_callback(executed.append)  # type: ignore[attr-defined, union-attr]
+            records.database._connection.set_trace_callback(executed.append)  # type: ignore[attr-defined, union-attr]
             await store.save(record(1), events=[event(n) for n in range(events)])
-            await store.close()
+            await records.close()
             return len(executed)
 
         return asyncio.run(scenario())
@@ -394,8 +401,6 @@ def test_saving_a_long_event_log_costs_no_more_statements_than_a_short_one(tmp_p
 def test_a_log_kept_before_the_event_log_was_batched_is_read_after_the_upgrade(store_url: str) -> None:
     """A database from before the batched log (SQLite schema 2, PostgreSQL schema 1) opens with its events readable
     as they were."""
-    from server.store.migrations import migrations
-
     old_rows = [
         "INSERT INTO responses (id, created_at, status, response) VALUES ('resp_1', 1, 'completed', '{}')",
         *(f"INSERT INTO events (response_id, sequence_number, event) VALUES ('resp_1', {n}, '{event(n)}')"
@@ -404,8 +409,8 @@ def test_a_log_kept_before_the_event_log_was_batched_is_read_after_the_upgrade(s
         import sqlite3
 
         with sqlite3.connect(store_url.removeprefix("sqlite:///")) as db:
-            for number, script in migrations("sqlite")[:2]:
-                db.executescript(f"BEGIN; {script}; PRAGMA user_version = {number}; COMMIT;")
+            for number, scripts in MIGRATIONS.of("sqlite")[:2]:
+                db.executescript(f"BEGIN; {' '.join(scripts)}; PRAGMA user_version = {number}; COMMIT;")
             for statement in old_rows:
                 db.execute(statement)
     else:
@@ -414,16 +419,17 @@ def test_a_log_kept_before_the_event_log_was_batched_is_read_after_the_upgrade(s
         with psycopg.connect(store_url, autocommit=True) as db:
             db.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, "
                        "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
-            number, script = migrations("postgresql")[0]
+            number, (script,) = MIGRATIONS.of("postgresql")[0]
             db.execute(script)  # type: ignore[arg-type]
             db.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (number,))
             for statement in old_rows:
                 db.execute(statement)  # type: ignore[arg-type]
 
     async def scenario() -> list[int]:
-        store = open_url(store_url)
+        records = open_url(store_url)
+        store = records.responses
         numbers = [json.loads(e)["sequence_number"] for e in await store.events_after("resp_1", 0, "default")]
-        await store.close()
+        await records.close()
         return numbers
 
     assert asyncio.run(scenario()) == [1, 2]
@@ -435,10 +441,11 @@ def test_every_store_read_and_change_of_a_named_object_filters_by_its_project(st
     from dataclasses import replace
 
     async def scenario() -> None:
-        store = open_url(store_url)
+        records = open_url(store_url)
+        store = records.responses
         await store.save(replace(record(1, items=2, status="in_progress"), background=True),
                          events=[json.dumps({"sequence_number": 0, "type": "x"})])
-        await store.create_conversation(StoredConversation("conv_1", 7, {"k": "v"}),
+        await records.conversations.create_conversation(StoredConversation("conv_1", 7, {"k": "v"}),
                                         [{"id": "msg_a", "type": "message"}])
         other = "another-project"
         assert await store.get("resp_1", other) is None
@@ -446,20 +453,20 @@ def test_every_store_read_and_change_of_a_named_object_filters_by_its_project(st
         assert await store.input_items("resp_1", None, 10, "asc", other) == ([], False)
         assert not await store.request_cancel("resp_1", other)
         assert await store.response_home("resp_1", other) is None
-        assert await store.get_conversation("conv_1", other) is None
-        assert await store.update_conversation("conv_1", {"a": "b"}, other) is None
-        assert not await store.add_conversation_items("conv_1", [{"id": "msg_b", "type": "message"}], None, other)
-        assert await store.conversation_items("conv_1", None, None, "asc", other) == ([], False)
-        assert await store.count_conversation_items("conv_1", other) == 0
-        assert await store.conversation_item("conv_1", "msg_a", other) is None
-        assert not await store.delete_conversation_item("conv_1", "msg_a", other)
-        assert await store.conversation_home("conv_1", other) is None
+        assert await records.conversations.get_conversation("conv_1", other) is None
+        assert await records.conversations.update_conversation("conv_1", {"a": "b"}, other) is None
+        assert not await records.conversations.add_conversation_items("conv_1", [{"id": "msg_b", "type": "message"}], None, other)
+        assert await records.conversations.conversation_items("conv_1", None, None, "asc", other) == ([], False)
+        assert await records.conversations.count_conversation_items("conv_1", other) == 0
+        assert await records.conversations.conversation_item("conv_1", "msg_a", other) is None
+        assert not await records.conversations.delete_conversation_item("conv_1", "msg_a", other)
+        assert await records.conversations.conversation_home("conv_1", other) is None
         # and all of it is still there for its own project
         assert (await store.get("resp_1", "default")) is not None
-        assert (await store.get_conversation("conv_1", "default")).metadata == {"k": "v"}  # type: ignore[union-attr]
-        assert [item["id"] for item in (await store.conversation_items("conv_1", None, None, "asc", "default"))[0]] \
+        assert (await records.conversations.get_conversation("conv_1", "default")).metadata == {"k": "v"}  # type: ignore[union-attr]
+        assert [item["id"] for item in (await records.conversations.conversation_items("conv_1", None, None, "asc", "default"))[0]] \
             == ["msg_a"]
-        await store.close()
+        await records.close()
 
     asyncio.run(scenario())
 

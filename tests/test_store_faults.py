@@ -7,7 +7,6 @@ import logging
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,8 @@ from server.config import ServerConfig
 from server.http.app import create_app
 from server.runs.background import BackgroundRuns
 from server.runs.context import ServingContext
-from server.store.interface import StoreUnavailable
-from server.store.sqlite import SqliteStore
+from server.records import MIGRATIONS
+from tests.stores import faulty_sqlite, sqlite_records
 from tests.conftest import serve_in_thread
 from conformance.openresponses import check_event
 from tests.scripted_engine import ScriptedEngine
@@ -32,17 +31,17 @@ from tests.test_store import say, slow, wait_for_status
 from conformance.contract import validate_events
 
 
-def serve(tokenizer: Any, store: Any, lease_seconds: float = 30.0) -> Any:
+def serve(tokenizer: Any, records: Any, lease_seconds: float = 30.0) -> Any:
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
     context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
-                             store=store, background=BackgroundRuns(lease_seconds=lease_seconds))
+                             records=records, background=BackgroundRuns(lease_seconds=lease_seconds))
     return engine, serve_in_thread(create_app(context))
 
 
 def test_a_locked_database_still_ends_streams_and_loses_nothing(tokenizer: Any, tmp_path: Path,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     db = tmp_path / "responses.db"
-    engine, server = serve(tokenizer, SqliteStore(db, busy_timeout=0.3))
+    engine, server = serve(tokenizer, sqlite_records(db, busy_timeout=0.3))
     caplog.set_level(logging.INFO, logger="server")
     with server as base_url:
         harness = Harness(engine, base_url)
@@ -68,29 +67,9 @@ def test_a_locked_database_still_ends_streams_and_loses_nothing(tokenizer: Any, 
     assert any("works again" in r.getMessage() for r in caplog.records)
 
 
-@dataclass
-class FaultyStore:
-    """A real store behind a switch: while `broken`, every call fails as an unreachable store would."""
-
-    inner: SqliteStore
-    broken: bool = False
-    failures: int = 0  # calls that failed so far
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self.inner, name)
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            if self.broken and name != "close":
-                self.failures += 1
-                raise StoreUnavailable("injected fault")
-            return await method(*args, **kwargs)
-
-        return call
-
-
 def test_a_failing_store_is_a_503_and_streams_still_end(tokenizer: Any, tmp_path: Path) -> None:
-    store = FaultyStore(SqliteStore(tmp_path / "responses.db"))
-    engine, server = serve(tokenizer, store)
+    store = faulty_sqlite(tmp_path / "responses.db")
+    engine, server = serve(tokenizer, store.records)
     with server as base_url:
         harness = Harness(engine, base_url)
         harness.play(say(tokenizer, "Kept."))
@@ -120,9 +99,9 @@ def test_a_follower_on_another_replica_rides_out_a_store_outage_or_ends_with_an_
     not seen by B's client (the events stay gapless up to the terminal one); one that outlasts a lease ends the
     stream with an `error` event (the spec's and the SDK's), not a cut connection."""
     db = tmp_path / "responses.db"
-    a_engine, a_server = serve(tokenizer, SqliteStore(db))
-    faulty = FaultyStore(SqliteStore(db))
-    b_engine, b_server = serve(tokenizer, faulty, lease_seconds=3.0)
+    a_engine, a_server = serve(tokenizer, sqlite_records(db))
+    faulty = faulty_sqlite(db)
+    b_engine, b_server = serve(tokenizer, faulty.records, lease_seconds=3.0)
     with a_server as a_url, b_server as b_url:
         a, b = Harness(a_engine, a_url), Harness(b_engine, b_url)
 
@@ -172,15 +151,13 @@ def test_stores_opening_a_new_database_at_once_all_find_it_migrated(tmp_path: Pa
     the one that does (one that lost the race started with the store unavailable and refused every key)."""
     import asyncio
 
-    from server.store.migrations import migrations
-
-    def first_read(store: SqliteStore, ready: threading.Barrier) -> bool:
+    def first_read(store: Any, ready: threading.Barrier) -> bool:
         ready.wait()
         return asyncio.run(store.has_keys())
 
     for attempt in range(10):
         path = tmp_path / f"new-{attempt}.db"
-        stores = [SqliteStore(path) for _ in range(12)]
+        stores = [sqlite_records(path).keys for _ in range(12)]
         ready = threading.Barrier(len(stores))
         results: list[Any] = []
         threads = [threading.Thread(target=lambda s=store: results.append(_outcome(first_read, s, ready)))
@@ -191,7 +168,7 @@ def test_stores_opening_a_new_database_at_once_all_find_it_migrated(tmp_path: Pa
             thread.join()
         assert results == [False] * len(stores), results
         db = sqlite3.connect(path)
-        assert db.execute("PRAGMA user_version").fetchone()[0] == migrations("sqlite")[-1][0]
+        assert db.execute("PRAGMA user_version").fetchone()[0] == MIGRATIONS.latest("sqlite")
         db.close()
 
 

@@ -43,7 +43,7 @@ def replicas(store_url: str, tokenizer: Any) -> Iterator[tuple[list[str], Script
         for _ in range(2):
             engine = ScriptedEngine(tokenizer=tokenizer, scripts=[answer, answer, answer, long], step_delay=0.05)
             context = ServingContext(config=ServerConfig(served_model_name=MODEL, projects=ProjectsFile(declared())),
-                                     engine_factory=lambda engine=engine: engine, store=open_url(store_url))
+                                     engine_factory=lambda engine=engine: engine, records=open_url(store_url))
             urls.append(stack.enter_context(serve_in_thread(create_app(context))))
         assert engine is not None
         yield urls, engine

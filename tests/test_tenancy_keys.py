@@ -18,8 +18,9 @@ import pytest
 from server.config import ServerConfig
 from server.http.app import create_app
 from server.runs.context import ServingContext
-from server.store.interface import StoreUnavailable
+from server.store.database import StoreUnavailable
 from server.tenancy.authenticator import Authenticator
+from server.records import open_key_records
 from server.tenancy.commands import main as keys_main
 from server.tenancy.keys import Caller
 from server.tenancy.projects_file import read_projects_file
@@ -42,7 +43,7 @@ def keys(store_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     """The same command, run in this process (seconds of imports less per call)."""
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
-        code = keys_main(["--store", store_url, *args], Path("unused"))
+        code = keys_main(["--store", store_url, *args], Path("unused"), open_key_records)
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
@@ -68,11 +69,12 @@ def test_a_created_key_is_shown_once_and_kept_only_as_its_hash(store_url: str, t
     assert key not in listed.stdout + listed.stderr
 
     async def stored() -> list[Any]:
-        store = open_url(store_url)
+        records = open_url(store_url)
+        store = records.keys
         try:
             return await store.list_keys()
         finally:
-            await store.close()
+            await records.close()
 
     (record,) = asyncio.run(stored())
     assert record.hash == hashlib.sha256(key.encode()).hexdigest() and key not in repr(record)
@@ -91,7 +93,7 @@ def keyed_replicas(store_url: str, tokenizer: Any) -> Iterator[tuple[list[str], 
         for _ in range(2):
             engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
             context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
-                                     ids=counting_ids(), store=open_url(store_url))
+                                     ids=counting_ids(), records=open_url(store_url))
             urls.append(stack.enter_context(serve_in_thread(create_app(context))))
         yield urls, made
 

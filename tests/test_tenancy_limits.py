@@ -171,7 +171,7 @@ def two_replicas(shared: Any, close: bool) -> tuple[int, Any, list[Any]]:
         spent = await shared.spent("alpha", None, int(clock.now // 60), 0)
         rows = await shared.usage_between(0, 10**9)
         if close:
-            await shared.close()
+            await shared.database.close()
         return admitted, spent, rows
 
     return run(scenario())
@@ -182,7 +182,7 @@ def test_two_replicas_counting_into_one_store_hold_one_limit(store_url: str) -> 
     (SQLite and PostgreSQL) admit the project's limit between them, not each."""
     from tests.test_store import open_url
 
-    admitted, spent, rows = two_replicas(open_url(store_url), close=True)
+    admitted, spent, rows = two_replicas(open_url(store_url).usage, close=True)
     assert admitted == 5
     assert (spent.requests, spent.tokens, spent.day_tokens) == (5, 35, 35)
     assert [(row.requests, row.input_tokens, row.output_tokens) for row in rows] == [(5, 15, 20)]
@@ -223,7 +223,7 @@ def limited_server(tokenizer: Any, store: Any, alpha: Limits, admin_key: str | N
                                + [tokenizer.eos_token_id], cuts=list(range(1, 8)))
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[answer])
     config = ServerConfig(served_model_name=MODEL, projects=ProjectsFile(keys, {"alpha": alpha}))
-    context = ServingContext(config=config, engine_factory=lambda: engine, store=store, clock=Clock())  # the clock
+    context = ServingContext(config=config, engine_factory=lambda: engine, records=store, clock=Clock())  # the clock
     # stands still: the minute does not turn between requests
     return serve_in_thread(create_app(context))
 
@@ -241,11 +241,11 @@ def test_past_its_limit_a_project_gets_a_429_the_sdk_reads_and_the_other_project
         tokenizer: Any, tmp_path: Any) -> None:
     import openai
 
-    from server.store.sqlite import SqliteStore
+    from tests.stores import sqlite_records
     from tests.test_server import MODEL
     from tests.test_websocket import Socket
 
-    store = SqliteStore(tmp_path / "responses.db")
+    store = sqlite_records(tmp_path / "responses.db")
     with limited_server(tokenizer, store, Limits(requests_per_minute=3)) as base_url:
         answers = [post(base_url, "alpha", stream=stream) for stream in (False, True, False)]
         assert [answer.status_code for answer in answers] == [200, 200, 200]
@@ -281,10 +281,10 @@ def test_the_usage_api_sums_the_responses_usage_by_project_key_and_model(tokeniz
 
     import httpx
 
-    from server.store.sqlite import SqliteStore
+    from tests.stores import sqlite_records
 
     admin_key = "admin-secret-key-0123456789abcdef"
-    store = SqliteStore(tmp_path / "responses.db")
+    store = sqlite_records(tmp_path / "responses.db")
     with limited_server(tokenizer, store, Limits(requests_per_minute=100), admin_key) as base_url:
         usage: dict[str, list[int]] = {"alpha": [0, 0, 0], "beta": [0, 0, 0]}
         for project, count in (("alpha", 3), ("beta", 2)):

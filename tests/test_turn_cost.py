@@ -8,8 +8,6 @@ import random
 import subprocess
 import sys
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ from server.history.sealing import Sealer
 from server.http.app import create_app
 from server.metrics import PROMPT_RENDERS, PROMPT_TOKENS
 from server.runs.context import ServingContext
-from server.store.sqlite import SqliteStore
+from tests.stores import CountingDatabase, sqlite_database, sqlite_records
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine
 from tests.servers import RunningServer
@@ -31,34 +29,13 @@ from tests.test_server import MODEL, Harness
 from tests.test_store import open_url, say
 
 
-@dataclass
-class CountingStore:
-    """A real store that counts the calls made to it, by method."""
-
-    inner: Any
-    calls: Counter[str] = field(default_factory=Counter)
-    items_read: int = 0  # conversation items read
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self.inner, name)
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            result = await method(*args, **kwargs)
-            if name == "conversation_items":
-                self.items_read += len(result[0])
-            return result
-
-        return call
-
-
-def _served(tokenizer: Any, store: Any) -> tuple[ScriptedEngine, Any, ServingContext]:
+def _served(tokenizer: Any, records: Any) -> tuple[ScriptedEngine, Any, ServingContext]:
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
-    context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine, store=store)
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine, records=records)
     return engine, serve_in_thread(create_app(context)), context
 
 
-def _chain(harness: Harness, store: CountingStore, tokenizer: Any, turns: int) -> tuple[list[str], list[int]]:
+def _chain(harness: Harness, store: CountingDatabase, tokenizer: Any, turns: int) -> tuple[list[str], list[int]]:
     """`turns` chained turns; the ids, and the store reads (`get`) each turn's request made."""
     ids: list[str] = []
     reads = []
@@ -78,8 +55,8 @@ def _chain(harness: Harness, store: CountingStore, tokenizer: Any, turns: int) -
 def test_a_chained_turn_reads_only_the_response_before_it(tokenizer: Any, tmp_path: Path) -> None:
     """Each turn reads its previous response (one row), not the whole chain again; the prompt the model gets is
     the one a server that knew nothing reads from the store."""
-    store = CountingStore(SqliteStore(tmp_path / "responses.db"))
-    engine, server, _ = _served(tokenizer, store)
+    store = CountingDatabase(sqlite_database(tmp_path / "responses.db"))
+    engine, server, _ = _served(tokenizer, store.records)
     with server as base_url:
         harness = Harness(engine, base_url)
         ids, reads = _chain(harness, store, tokenizer, 8)
@@ -87,7 +64,7 @@ def test_a_chained_turn_reads_only_the_response_before_it(tokenizer: Any, tmp_pa
         harness.play(say(tokenizer, "Last."))
         assert harness.post(input="And now?", previous_response_id=ids[-1]).status_code == 200
         warm_prompt = engine.requests[-1].prompt_token_ids
-    cold_engine, cold_server, _ = _served(tokenizer, SqliteStore(tmp_path / "responses.db"))
+    cold_engine, cold_server, _ = _served(tokenizer, sqlite_records(tmp_path / "responses.db"))
     with cold_server as base_url:
         cold = Harness(cold_engine, base_url)
         cold.play(say(tokenizer, "Last."))
@@ -98,8 +75,8 @@ def test_a_chained_turn_reads_only_the_response_before_it(tokenizer: Any, tmp_pa
 def test_a_known_chain_with_a_deleted_response_is_not_continued(tokenizer: Any, store_url: str) -> None:
     """A response deleted from the middle of a known chain ends it as it does when the chain is read whole: 404
     (on both stores: the check is one query)."""
-    store = CountingStore(open_url(store_url))
-    engine, server, _ = _served(tokenizer, store)
+    store = CountingDatabase(open_url(store_url).database)
+    engine, server, _ = _served(tokenizer, store.records)
     with server as base_url:
         harness = Harness(engine, base_url)
         ids, _ = _chain(harness, store, tokenizer, 4)
@@ -113,8 +90,8 @@ def test_a_known_chain_with_a_deleted_response_is_not_continued(tokenizer: Any, 
 def test_a_conversation_turn_reads_only_the_items_added_since(tokenizer: Any, store_url: str) -> None:
     """Each turn of a conversation reads the items added since the last (its previous turn's input and output),
     not all of them; an item deleted meanwhile is read around, as a server that knew nothing reads it."""
-    store = CountingStore(open_url(store_url))
-    engine, server, _ = _served(tokenizer, store)
+    store = CountingDatabase(open_url(store_url).database)
+    engine, server, _ = _served(tokenizer, store.records)
     with server as base_url:
         harness = Harness(engine, base_url)
         conversation = harness.client.conversations.create().id

@@ -22,8 +22,8 @@ from server.config import ServerConfig
 from server.http.app import create_app
 from server.runs.background import BackgroundRuns
 from server.runs.context import ServingContext
-from server.store.factory import open_store
-from server.store.interface import RetentionPolicy
+from server.records import open_records
+from server.responses.records import RetentionPolicy
 from server.webhooks.sender import WebhookSettings
 from server.webhooks.signing import WebhookSecret
 from streaming.ids import counting_ids
@@ -49,33 +49,35 @@ def test_a_signed_event_is_verified_by_the_sdk_and_a_changed_one_is_not() -> Non
 
 def test_the_outbox_holds_each_ending_and_one_replica_claims_each_attempt(store_url: str) -> None:
     async def scenario() -> None:
-        store = open_store(store_url, RetentionPolicy(), Path("unused"), webhooks=True)
-        assert store is not None
+        records = open_records(store_url, RetentionPolicy(), Path("unused"), webhooks=True)
+        assert records is not None
+        store, outbox = records.responses, records.webhooks
         await store.start_owned(running(1, "replica-a"), lease_seconds=60)
-        assert await store.claim_webhooks("replica-a", 30, 10) == []  # nothing has ended
+        assert await outbox.claim("replica-a", 30, 10) == []  # nothing has ended
         assert await store.finish_owned(replace(running(1, "replica-a"), status="completed"), [])
-        [delivery] = await store.claim_webhooks("replica-a", 30, 10)
+        [delivery] = await outbox.claim("replica-a", 30, 10)
         assert (delivery.type, delivery.response_id, delivery.attempts) == ("response.completed", "resp_1", 0)
         assert delivery.id.startswith("evt_") and abs(delivery.created_at - time.time()) < 60
-        assert await store.claim_webhooks("replica-b", 30, 10) == []  # a's, while its claim lasts
-        await store.webhook_failed(delivery.id, "replica-a", retry_in=0)
-        [again] = await store.claim_webhooks("replica-b", -1, 10)  # any replica's, once due; b's claim lapses at once
+        assert await outbox.claim("replica-b", 30, 10) == []  # a's, while its claim lasts
+        await outbox.failed(delivery.id, "replica-a", retry_in=0)
+        [again] = await outbox.claim("replica-b", -1, 10)  # any replica's, once due; b's claim lapses at once
         assert again.id == delivery.id and again.attempts == 1
-        [lapsed] = await store.claim_webhooks("replica-a", 30, 10)  # b went quiet: another replica takes it
-        await store.webhook_sent(lapsed.id, "replica-b")  # b's word no longer counts
-        await store.webhook_sent(lapsed.id, "replica-a")
-        assert await store.claim_webhooks("replica-a", 30, 10) == []
+        [lapsed] = await outbox.claim("replica-a", 30, 10)  # b went quiet: another replica takes it
+        await outbox.sent(lapsed.id, "replica-b")  # b's word no longer counts
+        await outbox.sent(lapsed.id, "replica-a")
+        assert await outbox.claim("replica-a", 30, 10) == []
         await store.start_owned(running(2, "replica-c"), lease_seconds=-1)  # c is gone
         assert await store.fail_interrupted(interrupt_with("gone")) == ["resp_2"]
-        [failed] = await store.claim_webhooks("replica-a", 30, 10)
+        [failed] = await outbox.claim("replica-a", 30, 10)
         assert (failed.type, failed.response_id) == ("response.failed", "resp_2")
-        await store.close()
-        quiet = open_store(store_url, RetentionPolicy(), Path("unused"))  # no webhooks: no outbox rows
-        assert quiet is not None
+        await records.close()
+        quiet_records = open_records(store_url, RetentionPolicy(), Path("unused"))  # no webhooks: no outbox rows
+        assert quiet_records is not None
+        quiet = quiet_records.responses
         await quiet.start_owned(running(3, "replica-a"), lease_seconds=60)
         assert await quiet.finish_owned(replace(running(3, "replica-a"), status="completed"), [])
-        assert [d.response_id for d in await quiet.claim_webhooks("replica-a", 30, 10)] == []
-        await quiet.close()
+        assert [d.response_id for d in await quiet_records.webhooks.claim("replica-a", 30, 10)] == []
+        await quiet_records.close()
 
     asyncio.run(scenario())
 
@@ -124,9 +126,9 @@ def server_with_webhooks(tokenizer: Any, tmp_path: Path) -> Iterator[tuple[str, 
                                timeout_seconds=2, poll_seconds=0.1)
     answer = tokenizer.encode("Done.", add_special_tokens=False) + [tokenizer.eos_token_id]
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(answer, cuts=[1])])
-    store = open_store(f"sqlite:///{tmp_path / 'responses.db'}", RetentionPolicy(), Path("unused"), webhooks=True)
+    store = open_records(f"sqlite:///{tmp_path / 'responses.db'}", RetentionPolicy(), Path("unused"), webhooks=True)
     context = ServingContext(config=ServerConfig(served_model_name=MODEL, webhooks=settings),
-                             engine_factory=lambda: engine, ids=counting_ids(), store=store,
+                             engine_factory=lambda: engine, ids=counting_ids(), records=store,
                              background=BackgroundRuns(owner="replica-test"))
     with serve_in_thread(create_app(context)) as base_url:
         yield base_url, port, store
@@ -243,7 +245,7 @@ def test_the_sender_outlives_a_fault_of_its_own(server_with_webhooks: tuple[str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """An unexpected error while reading the outbox (not an outage) is logged, and the sender goes on."""
     base_url, port, store = server_with_webhooks
-    claim = store.claim_webhooks
+    claim = store.webhooks.claim
     faults = 0
 
     async def claim_once_faulty(*args: Any, **kwargs: Any) -> Any:
@@ -253,7 +255,7 @@ def test_the_sender_outlives_a_fault_of_its_own(server_with_webhooks: tuple[str,
             raise RuntimeError("a fault of the store's own")
         return await claim(*args, **kwargs)
 
-    monkeypatch.setattr(store, "claim_webhooks", claim_once_faulty)
+    monkeypatch.setattr(store.webhooks, "claim", claim_once_faulty)
     receiver = Receiver()
     server = _serve_on(receiver.app(), port)
     try:

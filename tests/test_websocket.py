@@ -19,7 +19,7 @@ from server.config import ServerConfig
 from server.http.app import create_app
 from server.runs.connection_responses import MAX_LANES_KEPT
 from server.runs.context import ServingContext
-from server.store.sqlite import SqliteStore
+from tests.stores import sqlite_records
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from conformance.openresponses import check_event
@@ -302,7 +302,7 @@ def test_stored_chains_and_socket_chains_meet(tokenizer: Any, tmp_path: Any) -> 
     the socket with store true is readable over HTTP."""
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(tokens(tokenizer, "Stored."), [])])
     context = ServingContext(config=ServerConfig(served_model_name=MODEL), engine_factory=lambda: engine,
-                             store=SqliteStore(tmp_path / "responses.db"))
+                             records=sqlite_records(tmp_path / "responses.db"))
     with serve_in_thread(create_app(context)) as base_url:
         client = OpenAI(base_url=base_url, api_key="unused", max_retries=0)
         first = client.responses.create(model=MODEL, input="first")

@@ -1,6 +1,6 @@
 """Files sent in `input_file` parts, as the text the model reads: text types as they are, PDFs as their text.
 
-A part is checked when the request is read (cheap: its data URL and type); its text is read before the prompt is
+A part is checked when the request is read (cheap: its data URL and type, server/file_data.py); its text is read before the prompt is
 rendered, a PDF's in the work pool (off the event loop, within its time and memory limits), and kept by content
 so that the turns after it do not read it again.
 """
@@ -13,35 +13,15 @@ import json
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from server.data_urls import DataUrl, DataUrlError
+from server.data_urls import DataUrlError
 from server.attachments.work_pool import WorkPool, WorkTooCostly
 from server.errors import RequestError, TooLarge
+from server.file_data import MAX_FILE_BYTES, PDF, FileError, file_data_url
 
 if TYPE_CHECKING:  # requests import this module (to check file parts as they are read)
     from server.requests import ResponsesRequest
 
-MAX_FILE_BYTES = 10 * 1024 * 1024
-TEXT_TYPES = frozenset({"application/json", "application/xml", "application/x-yaml", "application/yaml",
-                        "application/javascript", "application/x-sh", "application/toml", "application/sql"})
-PDF = "application/pdf"
 _KEPT_TEXTS = 256  # files' texts kept by content, the most recently used
-
-
-class FileError(ValueError):
-    """A file part the server cannot read as text."""
-
-
-def check_file(file_data: object, filename: object, file_id: object = None) -> None:
-    """A FileError unless the part names an uploaded file (`file_id`, read when the prompt is made) or carries a
-    base64 data URL of a type the server reads, within the size limit."""
-    if isinstance(file_id, str) and file_id and file_data is None:
-        return
-    if not isinstance(file_data, str) or not file_data:
-        raise FileError("an input_file needs file_id (an uploaded file) or file_data: a data URL "
-                        "(data:text/plain;base64,...) and a filename; file_url is not supported by this server")
-    mime = _data_url(file_data).mime
-    if mime != PDF and not mime.startswith("text/") and mime not in TEXT_TYPES:
-        raise FileError(f"files of type {mime!r} are not supported: send text (text/*, JSON, YAML, ...) or a PDF")
 
 
 class FileTexts:
@@ -78,7 +58,7 @@ class FileTexts:
         return f"\n<file name={json.dumps(name)}>\n{self._kept[key]}\n</file>\n"  # on lines of its own, named
 
     async def _read(self, file_data: str) -> str:
-        data_url = _data_url(file_data)
+        data_url = file_data_url(file_data)
         try:
             data = data_url.decoded(MAX_FILE_BYTES)
         except DataUrlError as exc:
@@ -100,17 +80,6 @@ def _too_costly(exc: WorkTooCostly, param: str) -> RequestError:
                             param=param, code="file_too_costly")
     return TooLarge("The file needs more memory to read than this server allows; send its text instead.",
                     param=param, code="file_too_large")
-
-
-def _data_url(value: str) -> DataUrl:
-    if not value.startswith("data:"):
-        raise FileError("file_data must be a data URL (data:<type>;base64,...)")
-    data_url = DataUrl.parse(value)
-    if not data_url.base64:
-        raise FileError("a file's data URL must be base64-encoded (data:<type>;base64,...)")
-    if not data_url.fits(MAX_FILE_BYTES):
-        raise FileError(f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
-    return data_url
 
 
 def pdf_text(data: bytes) -> str:

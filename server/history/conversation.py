@@ -11,9 +11,9 @@ from pydantic import TypeAdapter, ValidationError
 from server.errors import NotFound, RequestError, invalid_value
 from server.requests import CompactionItem, InputItem, MessageItem, ResponsesRequest, ToolOutput
 from server.history.chains import KnownChain, KnownChains, KnownConversation
-from server.store.interface import RUNNING, StoredResponse
+from server.responses.records import RUNNING, StoredResponse
 from server.tenancy.keys import DEFAULT_PROJECT
-from server.tenancy.project_store import ProjectStore
+from server.responses.project_store import ProjectStore
 from streaming.ids import ITEM_PREFIXES, IdFactory
 
 _ITEMS = TypeAdapter(list[InputItem])

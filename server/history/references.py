@@ -7,7 +7,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from server.errors import NotFound
 from server.requests import InputItem, ItemReferenceItem, ResponsesRequest
-from server.tenancy.project_store import ProjectStore
+from server.responses.project_store import ProjectStore
 
 _ITEM: TypeAdapter[InputItem] = TypeAdapter(InputItem)
 

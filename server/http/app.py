@@ -35,8 +35,8 @@ def create_app(context: ServingContext) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         context.start()
         await context.authenticator.start()
-        if context.store is not None:
-            await context.background.recover(context.store)
+        if context.records is not None:
+            await context.background.recover(context.records.responses)
         lag = asyncio.create_task(watch_event_loop_lag())
         sender = context.webhook_sender()
         if sender is not None:
@@ -61,8 +61,8 @@ def create_app(context: ServingContext) -> FastAPI:
             await context.limiter.close()  # the usage of the last responses, written before the store closes
             context.work_pool.close()
             await context.shutdown_engines()
-            if context.store is not None:
-                await context.store.close()
+            if context.records is not None:
+                await context.records.close()
 
     app = FastAPI(title="responses-server", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.context = context
@@ -91,6 +91,6 @@ def create_app(context: ServingContext) -> FastAPI:
 
 def forwarder(context: ServingContext) -> Forwarder | NoForwarding:
     """What sends requests to their home replica: with a store and `forwarding` on (else nothing is forwarded)."""
-    if context.replicas is None or context.store is None or not context.config.forwarding:
+    if context.replicas is None or context.records is None or not context.config.forwarding:
         return NoForwarding()
-    return Forwarder(context.replicas, context.store)
+    return Forwarder(context.replicas, context.records.project_store)

@@ -8,7 +8,7 @@ from pathlib import Path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from server.http.errors import APIError
-from server.store.interface import StoreUnavailable
+from server.store.database import StoreUnavailable
 from server.tenancy.authenticator import Authenticator
 
 _COMMENT = re.compile(r"\s#")  # `KEY  # comment`: what follows is not part of the key

@@ -9,7 +9,8 @@ from server.http.errors import APIError
 from server.runs.context import ServingContext
 from server.tenancy.keys import Caller
 from server.retrieval.project import ProjectRetrieval
-from server.tenancy.project_store import ProjectStore
+from server.responses.project_store import ProjectStore
+from server.retrieval.project_files import ProjectFiles
 
 
 def serving_context(request: HTTPConnection) -> ServingContext:
@@ -20,6 +21,14 @@ def serving_context(request: HTTPConnection) -> ServingContext:
 def caller(request: HTTPConnection) -> Caller:
     """Who the request (or WebSocket) comes from, as the key middleware found it (server/http/auth.py)."""
     return request.scope.get("state", {}).get("caller") or Caller()
+
+
+def required_files(request: HTTPConnection) -> ProjectFiles:
+    """The uploaded files as the request's project sees them; a server without a store answers 404."""
+    files = serving_context(request).project_files(caller(request).project)
+    if files is None:
+        raise APIError("This server stores nothing (started with --store none).", status=404)
+    return files
 
 
 def required_store(request: HTTPConnection) -> ProjectStore:

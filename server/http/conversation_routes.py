@@ -11,8 +11,8 @@ from server.http.bodies import json_object
 from server.http.context import required_store, serving_context
 from server.http.errors import APIError
 from server.http.stored_routes import PageQuery, list_page
-from server.store.interface import StoredConversation
-from server.tenancy.project_store import ProjectStore
+from server.responses.records import StoredConversation
+from server.responses.project_store import ProjectStore
 from streaming.ids import CONVERSATION
 
 router = APIRouter()

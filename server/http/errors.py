@@ -15,7 +15,7 @@ from server.engine.interface import EngineUnavailable
 from server.errors import DependencyFailed, GenerationFailed, NotFound, RequestError, TooLarge, invalid_value
 from server.metrics import CLIENT_ERRORS
 from server.runs.admission import Draining, Overloaded
-from server.store.interface import StoreRejected, StoreUnavailable
+from server.store.database import StoreRejected, StoreUnavailable
 from server.tenancy.limits import RateLimited
 
 

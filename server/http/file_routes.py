@@ -1,4 +1,4 @@
-"""The `/v1/files` routes: upload (multipart, kept in the store a part at a time), list, retrieve, content, delete."""
+"""The `/v1/files` routes: upload (multipart, kept in the database a part at a time), list, retrieve, content, delete."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.datastructures import UploadFile
 
-from server.http.context import required_store, serving_context
+from server.http.context import required_files, serving_context
 from server.http.errors import APIError
 from server.retrieval.files import PART_BYTES, StoredFile, checked_purpose, expires_at, new_file_id
-from server.tenancy.project_store import ProjectStore
+from server.retrieval.project_files import ProjectFiles
 
 router = APIRouter()
 UPLOAD_OVERHEAD = 64 * 1024  # a multipart body's bytes besides the file: boundaries, headers, the other fields
@@ -19,7 +19,7 @@ UPLOAD_OVERHEAD = 64 * 1024  # a multipart body's bytes besides the file: bounda
 
 @router.post("/v1/files")
 async def upload_file(request: Request) -> dict[str, Any]:
-    store, context = required_store(request), serving_context(request)
+    store, context = required_files(request), serving_context(request)
     async with request.form(max_files=1, max_fields=8) as form:
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
@@ -53,12 +53,12 @@ class FilesQuery:
 
 @router.get("/v1/files")
 async def list_files(request: Request, query: Annotated[FilesQuery, Depends()]) -> dict[str, Any]:
-    files, has_more = await required_store(request).list_files(query.purpose, query.after, query.limit, query.order)
+    files, has_more = await required_files(request).list_files(query.purpose, query.after, query.limit, query.order)
     return {"object": "list", "data": [file.to_api() for file in files], "has_more": has_more,
             "first_id": files[0].id if files else None, "last_id": files[-1].id if files else None}
 
 
-async def _file(store: ProjectStore, file_id: str) -> StoredFile:
+async def _file(store: ProjectFiles, file_id: str) -> StoredFile:
     record = await store.get_file(file_id)
     if record is None:
         raise APIError(f"No such File object: {file_id}", status=404, type="invalid_request_error", param="id")
@@ -67,12 +67,12 @@ async def _file(store: ProjectStore, file_id: str) -> StoredFile:
 
 @router.get("/v1/files/{file_id}")
 async def retrieve_file(request: Request, file_id: str) -> dict[str, Any]:
-    return (await _file(required_store(request), file_id)).to_api()
+    return (await _file(required_files(request), file_id)).to_api()
 
 
 @router.get("/v1/files/{file_id}/content")
 async def file_content(request: Request, file_id: str) -> StreamingResponse:
-    store = required_store(request)
+    store = required_files(request)
     record = await _file(store, file_id)
 
     async def parts() -> AsyncIterator[bytes]:
@@ -87,7 +87,7 @@ async def file_content(request: Request, file_id: str) -> StreamingResponse:
 
 @router.delete("/v1/files/{file_id}")
 async def delete_file(request: Request, file_id: str) -> dict[str, Any]:
-    store = required_store(request)
+    store = required_files(request)
     if not await store.delete_file(file_id):
         raise APIError(f"No such File object: {file_id}", status=404, type="invalid_request_error", param="id")
     return {"id": file_id, "object": "file", "deleted": True}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 import httpx
 from fastapi import Request
@@ -20,8 +21,8 @@ from server.metrics import FORWARDING
 from server.replicas.homes import Home, find_home
 from server.replicas.registry import ReplicaRegistry
 from server.requests import ResponsesRequest
-from server.store.interface import ResponseStore, StoreUnavailable
-from server.tenancy.project_store import ProjectStore
+from server.store.database import StoreUnavailable
+from server.responses.project_store import ProjectStore
 from streaming.sse import error_event_json
 
 logger = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ class Forwarder:
     """Sends a request to its home when that is another live replica; `None` from `forwarded`: serve it here."""
 
     registry: ReplicaRegistry
-    store: ResponseStore
+    stores: Callable[[str], ProjectStore]  # a project's responses and conversations, where homes are read
     connect_seconds: float = CONNECT_SECONDS
     _client: httpx.AsyncClient = field(init=False)
 
@@ -53,7 +54,7 @@ class Forwarder:
         if HOP_HEADER in request.headers:
             return None  # counted by the replica that forwarded it
         try:
-            home = await find_home(body, ProjectStore(self.store, caller(request).project), self.registry)
+            home = await find_home(body, self.stores(caller(request).project), self.registry)
         except StoreUnavailable:
             home = None
         if home is None:

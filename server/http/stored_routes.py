@@ -12,8 +12,8 @@ from server.http.context import required_store, serving_context
 from server.http.errors import APIError
 from server.http.event_stream import event_stream
 from server.runs.other_replicas import cancel_stored, follow_stored
-from server.store.interface import RUNNING, ResponseFilter, StoredResponse
-from server.tenancy.project_store import ProjectStore
+from server.responses.records import RUNNING, ResponseFilter, StoredResponse
+from server.responses.project_store import ProjectStore
 from streaming.sse import stored_frames
 
 router = APIRouter()

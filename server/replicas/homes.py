@@ -14,7 +14,7 @@ from typing import Literal
 from server.rendezvous import rendezvous
 from server.replicas.registry import ReplicaRegistry
 from server.requests import ResponsesRequest
-from server.tenancy.project_store import ProjectStore
+from server.responses.project_store import ProjectStore
 
 HomeKey = Literal["previous_response", "conversation", "prompt_cache_key"]
 

@@ -1,4 +1,4 @@
-"""This replica among the others: its heartbeat in the shared store, and the live replicas as last read there."""
+"""This replica among the others: its heartbeat in the shared database, and the live replicas as last read there."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from server.metrics import LIVE_REPLICAS
-from server.store.interface import Replica, ResponseStore, StoreUnavailable
+from server.replicas.records import Replica, ReplicaRecords
+from server.store.database import StoreUnavailable
 
 logger = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 2.0  # how often a replica says it is alive, and reads who else is
@@ -22,7 +23,7 @@ class ReplicaRegistry:
     The live set is what the last heartbeat read; a store that stops answering leaves it empty once it is older than
     `live_seconds`, so requests are then served where they land."""
 
-    store: ResponseStore
+    records: ReplicaRecords
     replica_id: str
     url: str | None = None  # the --advertise-url; None: this replica takes no forwarded requests
     interval: float = HEARTBEAT_SECONDS
@@ -42,8 +43,8 @@ class ReplicaRegistry:
     async def beat(self) -> None:
         """Say this replica is alive, and read the live set."""
         if self.url is not None:
-            await self.store.heartbeat(Replica(self.replica_id, self.url), self.draining())
-        self._live = {replica.id: replica.url for replica in await self.store.live_replicas(self.live_seconds)}
+            await self.records.heartbeat(Replica(self.replica_id, self.url), self.draining())
+        self._live = {replica.id: replica.url for replica in await self.records.live_replicas(self.live_seconds)}
         LIVE_REPLICAS.set(len(self._live))
 
     def start(self) -> None:
@@ -56,7 +57,7 @@ class ReplicaRegistry:
             await asyncio.gather(self._task, return_exceptions=True)
         if self.url is not None:
             try:
-                await self.store.leave(self.replica_id)
+                await self.records.leave(self.replica_id)
             except StoreUnavailable:  # the others see the heartbeat stop instead
                 pass
 

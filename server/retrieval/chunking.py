@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
-from server.attachments.files import FileError
+from server.file_data import FileError
 from server.errors import RequestError
 
 AUTO_MAX_TOKENS, AUTO_OVERLAP = 800, 400  # OpenAI's `auto` strategy

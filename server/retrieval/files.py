@@ -1,18 +1,14 @@
 """Uploaded files (`/v1/files`): their records as stored and as the API shows them, purposes and expiry. A file's
-content is kept in the store in parts, so that every replica sharing the store serves it."""
+content is kept in the database in parts, so that every replica sharing the store serves it."""
 
 from __future__ import annotations
 
 import secrets
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from server.attachments.files import MAX_FILE_BYTES, FileError, LoadFile
 from server.errors import RequestError
-
-if TYPE_CHECKING:  # the project's store holds files: it imports this module
-    from server.tenancy.project_store import ProjectStore
 
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
 PART_BYTES = 1024 * 1024  # a file is stored in parts of this size: written and read a part at a time
@@ -69,21 +65,3 @@ def expires_at(anchor: object, seconds: object, created_at: int) -> int | None:
                            param="expires_after.seconds")
     return created_at + int(seconds)
 
-
-def file_loader(store: "ProjectStore | None") -> LoadFile | None:
-    """How a request's `input_file` parts read uploaded files: from its project's store, within the size the
-    server reads for a prompt."""
-    if store is None:
-        return None
-
-    async def load(file_id: str) -> tuple[str, bytes] | None:
-        found = await store.file_content(file_id, MAX_FILE_BYTES)
-        if found is None:
-            return None
-        record, data = found
-        if data is None:
-            raise FileError(f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB, the most this server "
-                            "reads into a prompt")
-        return record.filename, data
-
-    return load

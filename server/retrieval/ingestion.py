@@ -11,13 +11,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from server.attachments.files import FileError
+from server.file_data import FileError
 from server.attachments.work_pool import WorkPool, WorkTooCostly
 from server.retrieval.chunking import file_chunks
 from server.retrieval.embeddings import Embeddings
 from server.retrieval.index import VectorIndex
 from server.retrieval.vector_stores import StoreFile
-from server.tenancy.project_store import ProjectStore
+from server.retrieval.project_files import ProjectFiles
 
 logger = logging.getLogger(__name__)
 MAX_INGESTED_BYTES = 64 * 1024 * 1024  # the largest file read into a store (its text and chunks are held at once)
@@ -30,7 +30,7 @@ class Ingestion:
     index: VectorIndex
     embeddings: Embeddings
     pool: WorkPool
-    files: Callable[[str], ProjectStore]  # a project's uploaded files
+    files: Callable[[str], ProjectFiles]  # a project's uploaded files
     worker: str  # this process, as leases name it
     lease_seconds: float = 30.0
     concurrency: int = 2

@@ -5,6 +5,8 @@ where this is tested)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 from typing import Any, Awaitable, Callable, Sequence, TypeVar
 
@@ -18,8 +20,9 @@ from server.retrieval.index import FilesQuery, Order, Ranked
 from server.retrieval.rows import (FILE_COLUMNS, HIT_COLUMNS, STORE_COLUMNS, chunking_text, decoded, error_text,
                                    file_record, hit_attributes, paged, store_record)
 from server.retrieval.vector_stores import ErrorCode, FileBatch, FileCounts, SearchHit, StoreFile, VectorStore
-from server.store.interface import StoreUnavailable
-from server.store.postgresql import migrate
+from server.store.database import StoreUnavailable
+from server.store.migrations import Migrations
+from server.store.postgresql import migrate_url
 
 T = TypeVar("T")
 Connection = psycopg.AsyncConnection[Any]
@@ -35,10 +38,11 @@ _SEARCHED = "s.project = %s AND f.status = 'completed' AND c.vector_store_id = A
 
 
 class PostgresIndex:
-    """Vector stores in the database at `url` (migrated with the response store's migrations)."""
+    """Vector stores in the database at `url` (migrated with every room's `migrations` on first use)."""
 
-    def __init__(self, url: str, pool_size: int = 4, connect_timeout: float = 5.0) -> None:
+    def __init__(self, url: str, migrations: Migrations, pool_size: int = 4, connect_timeout: float = 5.0) -> None:
         self.url = url
+        self.migrations = migrations
         self._pool = AsyncConnectionPool(url, min_size=1, max_size=pool_size, timeout=connect_timeout, open=False,
                                          kwargs={"autocommit": False, "connect_timeout": max(1, int(connect_timeout))})
         self._ready = False
@@ -47,8 +51,7 @@ class PostgresIndex:
         try:
             if not self._ready:
                 await self._pool.open(wait=False)
-                async with self._pool.connection() as db:
-                    await migrate(db)
+                await asyncio.to_thread(migrate_url, self.url, self.migrations)
                 self._ready = True
             async with self._pool.connection() as db:
                 async with db.transaction():

@@ -13,7 +13,7 @@ from server.retrieval.index import FilesQuery, Order
 from server.retrieval.search import Ranking
 from server.retrieval.service import Retrieval
 from server.retrieval.vector_stores import FileBatch, SearchHit, StoreFile, VectorStore, new_id
-from server.tenancy.project_store import ProjectStore
+from server.retrieval.project_files import ProjectFiles
 
 MAX_BATCH_FILES = 2000  # OpenAI's limit on one batch
 
@@ -32,7 +32,7 @@ class ProjectRetrieval:
     """One project's vector stores (server/retrieval/index.py's calls, with the project given)."""
 
     retrieval: Retrieval
-    files: ProjectStore  # the project's uploaded files
+    files: ProjectFiles  # the project's uploaded files
     clock: Callable[[], float]
 
     @property

@@ -1,5 +1,5 @@
 """Retrieval in one place, as a server holds it: the index in the store's database, the embedding model, the
-background ingestion and the searcher; opened from the flags beside the response store."""
+background ingestion and the searcher; opened from the flags beside the other records."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from server.retrieval.embeddings import Embeddings, EmbeddingModel, embedding_mo
 from server.retrieval.index import VectorIndex
 from server.retrieval.ingestion import Ingestion
 from server.retrieval.search import Searcher
-from server.tenancy.project_store import ProjectStore
+from server.retrieval.project_files import ProjectFiles
+from server.store.factory import sqlite_path
+from server.store.migrations import Migrations
 
 logger = logging.getLogger(__name__)
 # The address space of the process that reads and chunks files (its tokenizer's libraries map ~1 GiB of their own;
@@ -53,16 +55,17 @@ def retrieval_settings(flag: str | None, window: int | None, ingestion_seconds: 
     return RetrievalSettings(model, WorkLimits(workers=1, seconds=ingestion_seconds, memory_bytes=INGESTION_MEMORY))
 
 
-def open_index(url: str | None, default_path: Path) -> VectorIndex | None:
-    """The index in the store's database (`--store`, as `open_store` reads it; None: no store)."""
+def open_index(url: str | None, default_path: Path, migrations: Migrations) -> VectorIndex | None:
+    """The index in the `--store` database (as `open_database` reads it; None: no store), migrated with every
+    room's `migrations`."""
     if url is None or url.startswith("sqlite:///"):
         from server.retrieval.sqlite_index import SqliteIndex
 
-        return SqliteIndex(Path(url[len("sqlite://"):]) if url else default_path)
+        return SqliteIndex(sqlite_path(url, default_path), migrations)
     if url.startswith(("postgresql://", "postgres://")):
         from server.retrieval.postgresql_index import PostgresIndex
 
-        return PostgresIndex(url)
+        return PostgresIndex(url, migrations)
     return None
 
 
@@ -76,7 +79,7 @@ class Retrieval:
     searcher: Searcher
 
     @classmethod
-    def open(cls, settings: RetrievalSettings, index: VectorIndex, files: Callable[[str], ProjectStore],
+    def open(cls, settings: RetrievalSettings, index: VectorIndex, files: Callable[[str], ProjectFiles],
              worker: str, lease_seconds: float, start_engine: Callable[[EmbeddingModel], Any]) -> "Retrieval":
         assert settings.model is not None
         model = settings.model

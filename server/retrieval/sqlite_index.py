@@ -16,7 +16,8 @@ from server.retrieval.index import FilesQuery, Order, Ranked
 from server.retrieval.rows import (FILE_COLUMNS, HIT_COLUMNS, STORE_COLUMNS, chunking_text, decoded, error_text,
                                    file_record, hit_attributes, paged, store_record)
 from server.retrieval.vector_stores import ErrorCode, FileBatch, FileCounts, SearchHit, StoreFile, VectorStore
-from server.store.interface import StoreUnavailable
+from server.store.database import StoreUnavailable
+from server.store.migrations import Migrations
 
 T = TypeVar("T")
 # Which attributes a value compares with (json_each's `type`).
@@ -29,10 +30,11 @@ _SEARCHED = "s.project = ? AND f.status = 'completed' AND c.vector_store_id IN (
 
 
 class SqliteIndex:
-    """Vector stores in the SQLite file at `path` (migrated with the response store's migrations)."""
+    """Vector stores in the SQLite file at `path` (migrated with every room's `migrations` when first opened)."""
 
-    def __init__(self, path: str | Path, busy_timeout: float = 5.0) -> None:
+    def __init__(self, path: str | Path, migrations: Migrations, busy_timeout: float = 5.0) -> None:
         self.path = Path(path)
+        self.migrations = migrations
         self.busy_timeout = busy_timeout
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vector-index")
         self._connection: Any = None
@@ -62,7 +64,7 @@ class SqliteIndex:
         connection.enable_load_extension(True)
         sqlite_vec.load(connection)
         connection.enable_load_extension(False)
-        migrate_file(connection, self.busy_timeout)
+        migrate_file(connection, self.migrations, self.busy_timeout)
         return connection
 
     async def close(self) -> None:

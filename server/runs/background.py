@@ -17,7 +17,9 @@ from typing import AsyncIterator
 from openai.types.responses import Response, ResponseFailedEvent
 
 from server.runs.stored_run import StoredRun
-from server.store.interface import Interrupt, ResponseStore, StoreUnavailable
+from server.responses.records import Interrupt
+from server.responses.response_records import ResponseRecords
+from server.store.database import StoreUnavailable
 from streaming.response import WireResponse
 from streaming.sse import event_json
 
@@ -147,7 +149,7 @@ class BackgroundRuns:
 
     # -- the lease keeper -------------------------------------------------------------------------
 
-    async def recover(self, store: ResponseStore) -> None:
+    async def recover(self, store: ResponseRecords) -> None:
         """On start-up: fail what this replica ran before it restarted and what replicas gone for good left, then
         keep this replica's leases."""
         try:
@@ -158,7 +160,7 @@ class BackgroundRuns:
             pass  # the store logged why; the server serves, and stored routes answer 503 until it recovers
         self._keeper = asyncio.get_running_loop().create_task(self._keep(store))
 
-    async def _keep(self, store: ResponseStore) -> None:
+    async def _keep(self, store: ResponseRecords) -> None:
         """Every `poll_seconds`: cancel what other replicas asked to cancel. Every third of a lease (elapsed time,
         not ticks, which a busy loop stretches): renew this replica's leases, fail responses whose owners stopped
         renewing, and apply retention.
@@ -185,7 +187,7 @@ class BackgroundRuns:
             except StoreUnavailable:
                 reachable_since = None  # logged by the store; tried again at the next tick
 
-    async def _retain(self, store: ResponseStore) -> None:
+    async def _retain(self, store: ResponseRecords) -> None:
         """Delete what the retention policy no longer keeps, a batch per transaction (never a running response)."""
         while await store.enforce_retention(_RETENTION_BATCH) >= _RETENTION_BATCH:
             await asyncio.sleep(0)  # let requests waiting for the store go first

@@ -6,7 +6,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, MutableMapping
 
-from server.store.interface import StoredResponse
+from server.responses.records import StoredResponse
 
 MAX_LANES_KEPT = 64  # lanes (stream_ids) whose latest response a connection keeps; the least recently used goes
 

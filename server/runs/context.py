@@ -29,11 +29,12 @@ from server.runs.admission import Admission
 from server.runs.background import BackgroundRuns
 from server.runs.pending_saves import PendingSaves
 from server.history.sealing import Sealer
-from server.store.interface import ResponseStore
 from server.tenancy.authenticator import Authenticator, declared_keys
 from server.tenancy.limiter import Limiter
 from server.tenancy.usage import MemoryLedger
-from server.tenancy.project_store import ProjectStore
+from server.responses.project_store import ProjectStore
+from server.retrieval.project_files import ProjectFiles
+from server.records import Records
 from server.webhooks.sender import WebhookSender
 from streaming.builder import ResponseBuilder
 from streaming.ids import IdFactory, random_id
@@ -57,7 +58,7 @@ class ServingContext:
     models: Models | None = None
     engine: Engine | None = None  # the default model's
     path: ModelPath | None = None  # the default model's
-    store: ResponseStore | None = None
+    records: Records | None = None  # every capability's records, in the `--store` database (None: no store)
     background: BackgroundRuns = field(default_factory=BackgroundRuns)
     pending_saves: PendingSaves = field(default_factory=PendingSaves)
     sealer: Sealer = field(default_factory=Sealer.ephemeral)  # seals reasoning for stateless clients
@@ -80,10 +81,11 @@ class ServingContext:
         self.file_texts = FileTexts(self.work_pool)
         self.renderer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="render")
         self.known_chains = KnownChains(self.config.history_memory_bytes)
+        records = self.records
         self.authenticator = Authenticator(declared_keys(self.config.api_keys, self.config.projects.keys),
-                                           table=self.store, clock=self.clock)
+                                           table=records.keys if records is not None else None, clock=self.clock)
         projects = self.config.projects
-        self.limiter = Limiter(self.store if self.store is not None else MemoryLedger(), projects.project_limits,
+        self.limiter = Limiter(records.usage if records is not None else MemoryLedger(), projects.project_limits,
                                projects.key_limits, replicas=self._live_replicas, clock=self.clock)
 
     def _live_replicas(self) -> int:
@@ -92,15 +94,19 @@ class ServingContext:
         return max(1, replicas) * self.config.api_server_count
 
     def project_store(self, project: str) -> ProjectStore | None:
-        """The store as `project` sees it: its own responses and conversations only (None: no store)."""
-        return ProjectStore(self.store, project) if self.store is not None else None
+        """The responses and conversations as `project` sees them: its own only (None: no store)."""
+        return self.records.project_store(project) if self.records is not None else None
+
+    def project_files(self, project: str) -> ProjectFiles | None:
+        """The uploaded files as `project` sees them: its own only (None: no store)."""
+        return self.records.project_files(project) if self.records is not None else None
 
     def project_retrieval(self, project: str) -> ProjectRetrieval | None:
         """The vector stores as `project` sees them (None: no store, or no embedding model)."""
-        store = self.project_store(project)
-        if self.retrieval is None or store is None:
+        files = self.project_files(project)
+        if self.retrieval is None or files is None:
             return None
-        return ProjectRetrieval(self.retrieval, store, self.clock)
+        return ProjectRetrieval(self.retrieval, files, self.clock)
 
     def model(self, name: str | None) -> Model:
         """The served model a request names (None: the default), once `start()` has run; NotFound for another."""
@@ -121,9 +127,9 @@ class ServingContext:
 
     def webhook_sender(self) -> WebhookSender | None:
         """The sender of this process's share of webhook deliveries, when webhooks are configured (with a store)."""
-        if self.config.webhooks is None or self.store is None:
+        if self.config.webhooks is None or self.records is None:
             return None
-        return WebhookSender(self.config.webhooks, self.store, self.background.owner)
+        return WebhookSender(self.config.webhooks, self.records.webhooks, self.background.owner)
 
     def start(self) -> None:
         """Starts every model's engine and chooses its path (inside the app's event loop)."""

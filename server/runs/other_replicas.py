@@ -8,8 +8,10 @@ import json
 import time
 from typing import AsyncIterator
 
-from server.store.interface import RUNNING, StoreUnavailable, StoredResponse
-from server.tenancy.project_store import ProjectStore
+from server.responses.records import RUNNING, StoredResponse
+
+from server.store.database import StoreUnavailable
+from server.responses.project_store import ProjectStore
 from streaming.event_types import TERMINAL_EVENTS
 from streaming.sse import error_event_json
 

@@ -18,8 +18,7 @@ from server.constraints.rules import OutputRules, check_schemas, output_rules
 from server.history.conversation import since_last_compaction, stored_input_items, validated_items, with_history
 from server.engine.interface import PENALTIES, SAMPLING_KEYS, EngineRequest, SamplingSettings
 from server.errors import DependencyFailed, GenerationFailed, RequestError
-from server.attachments.files import read_files
-from server.retrieval.files import file_loader
+from server.attachments.files import LoadFile, read_files
 from server.attachments.media import checked_images, decoded_images
 from server.attachments.media_fetch import fetch_images
 from server.models.registry import Model
@@ -35,7 +34,7 @@ from server.tools.hosted import HostedTools, hosted_tools
 from server.runs.stored_run import ConversationLink, StoredRun
 from server.history.sealed_items import open_sealed_items, reasoning_sealer
 from server.runs.context import ServingContext
-from server.store.interface import StoredResponse
+from server.responses.records import StoredResponse
 from server.tenancy.keys import Caller
 from server.tenancy.limiter import Ticket
 from server.history.truncation import check_expanded_fits
@@ -213,8 +212,14 @@ async def conversation_of(context: ServingContext, body: ResponsesRequest, proje
                                         context.known_chains, project)
     history = await resolved_references(history, store)  # a chain's earlier turns may have sent references too
     conversation = open_sealed_items(since_last_compaction(rendered_codex_items(history)), context.sealer)
-    await read_files(conversation, body, context.file_texts, file_loader(store))
+    await read_files(conversation, body, context.file_texts, _file_loader(context, project))
     return conversation, start
+
+
+def _file_loader(context: ServingContext, project: str) -> LoadFile | None:
+    """How the request's `input_file` parts read the project's uploaded files (None: no store)."""
+    files = context.project_files(project)
+    return files.loader() if files is not None else None
 
 
 def _compacting(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
@@ -235,7 +240,7 @@ def _compacting(context: ServingContext, conversation: ResponsesRequest, body: R
         compacted = open_sealed_items(conversation.model_copy(update={"input": [CompactionItem.model_validate(made)]}),
                                       context.sealer)
         await read_files(compacted, body, context.file_texts,  # the files it keeps were read: their texts are kept
-                         file_loader(context.project_store(keys.project)))
+                         _file_loader(context, keys.project))
         if loop is not None:
             loop.conversation = compacted
         return Continuation(item, await prepare_run(context, compacted, body, fetched, hosted, keys=keys,

@@ -14,8 +14,9 @@ from openai.types.responses import Response, ResponseFailedEvent, ResponseStream
 from server.metrics import RESPONSES
 from server.runs.generation import ResponseRun
 from server.runs.timing import RunTiming
-from server.store.interface import StoreRejected, StoreUnavailable, StoredResponse
-from server.tenancy.project_store import ProjectStore
+from server.responses.records import StoredResponse
+from server.store.database import StoreRejected, StoreUnavailable
+from server.responses.project_store import ProjectStore
 from streaming.event_types import TERMINAL_EVENTS
 from streaming.response import WireResponse
 from server.tools.support import NOT_OFFERED_HEADER

@@ -1,26 +1,29 @@
-"""The store named by `--store`: SQLite at a path (the embedded default), PostgreSQL at a URL, or none."""
+"""The database named by `--store`: SQLite at a path (the embedded default), PostgreSQL at a URL, or none."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from server.store.interface import ResponseStore, RetentionPolicy
-from server.store.measured import MeasuredStore
+from server.store.database import Database
+from server.store.migrations import Migrations
 
 
-def open_store(url: str | None, retention: RetentionPolicy, default_path: Path,
-               webhooks: bool = False) -> ResponseStore | None:
-    """Timed into the store latency histogram. `sqlite:///PATH`, `postgresql://...` (or `postgres://`), `none`; no URL:
-    SQLite at `default_path`. With `webhooks`, background endings are written to the webhook outbox."""
+def open_database(url: str | None, default_path: Path, migrations: Migrations) -> Database | None:
+    """`sqlite:///PATH`, `postgresql://...` (or `postgres://`), `none`; no URL: SQLite at `default_path`. Migrated
+    with `migrations` on first use."""
     if url == "none":
         return None
     if url is None or url.startswith("sqlite:///"):
-        from server.store.sqlite import SqliteStore
+        from server.store.sqlite import SqliteDatabase
 
-        return MeasuredStore(SqliteStore(Path(url[len("sqlite://"):]) if url else default_path, retention,
-                                        webhooks=webhooks), "sqlite")
+        return SqliteDatabase(sqlite_path(url, default_path), migrations)
     if url.startswith(("postgresql://", "postgres://")):
-        from server.store.postgresql import PostgresStore
+        from server.store.postgresql import PostgresDatabase
 
-        return MeasuredStore(PostgresStore(url, retention, webhooks=webhooks), "postgresql")
+        return PostgresDatabase(url, migrations)
     raise ValueError(f"--store {url!r}: use sqlite:///PATH, postgresql://USER@HOST/DB or none")
+
+
+def sqlite_path(url: str | None, default_path: Path) -> Path:
+    """The file a `sqlite:///PATH` URL names (no URL: `default_path`)."""
+    return Path(url[len("sqlite://"):]) if url else default_path

@@ -1,13 +1,31 @@
-"""The stores' schema migrations: numbered SQL files kept in `migrations/<backend>/`, applied in order once each."""
+"""Schema migrations: each capability keeps numbered SQL files in its own `migrations/<backend>/`; the database applies
+them in order of their number, once each. One number may span several capabilities: its scripts apply together."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import resources
 
 
-def migrations(backend: str) -> list[tuple[int, str]]:
-    """(version, SQL script) of every migration of `backend` ("sqlite" or "postgresql"), oldest first."""
-    folder = resources.files("server.store").joinpath("migrations", backend)
-    scripts = [(int(entry.name.split("_", 1)[0]), entry.read_text()) for entry in folder.iterdir()
-               if entry.name.endswith(".sql")]
-    return sorted(scripts)
+@dataclass(frozen=True)
+class Migrations:
+    """The migrations of the capabilities whose packages are named (the records the server keeps)."""
+
+    packages: tuple[str, ...]
+
+    def of(self, backend: str) -> list[tuple[int, list[str]]]:
+        """(version, its SQL scripts) of every migration of `backend` ("sqlite" or "postgresql"), oldest first."""
+        versions: dict[int, list[tuple[str, str]]] = {}
+        for package in self.packages:
+            folder = resources.files(package).joinpath("migrations", backend)
+            if not folder.is_dir():
+                continue
+            for entry in folder.iterdir():
+                if entry.name.endswith(".sql"):
+                    versions.setdefault(int(entry.name.split("_", 1)[0]), []).append((entry.name, entry.read_text()))
+        return [(number, [script for _, script in sorted(scripts)]) for number, scripts in sorted(versions.items())]
+
+    def latest(self, backend: str) -> int:
+        """The version a database is at once every migration is in."""
+        found = self.of(backend)
+        return found[-1][0] if found else 0

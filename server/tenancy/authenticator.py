@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from server.store.interface import StoreUnavailable
+from server.store.database import StoreUnavailable
 from server.tenancy.keys import DEFAULT_PROJECT, ApiKey, Caller, key_hash
 
 logger = logging.getLogger(__name__)

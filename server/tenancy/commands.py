@@ -9,10 +9,9 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from server.store.factory import open_store
-from server.store.interface import RetentionPolicy
+from server.tenancy.key_records import KeyRecords
 from server.tenancy.keys import DEFAULT_PROJECT, ApiKey, key_hash, new_key, new_key_id
 
 audit = logging.getLogger("responses_server.audit")
@@ -39,7 +38,12 @@ async def revoke_key(store: Any, key_id: str) -> bool:
     return bool(revoked)
 
 
-def main(argv: Sequence[str], default_store: Path) -> int:
+# Opens the key records in the `--store` database (its URL, the default SQLite file); None for `none`. The command
+# line passes the server's own opener, which knows every room's migrations.
+OpenKeys = Callable[[str | None, Path], KeyRecords | None]
+
+
+def main(argv: Sequence[str], default_store: Path, open_keys: OpenKeys) -> int:
     parser = argparse.ArgumentParser(prog="responses-server keys", description="API keys kept in the store.")
     parser.add_argument("--store", default=None, metavar="URL", help="the server's --store (default: its SQLite file)")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -53,14 +57,14 @@ def main(argv: Sequence[str], default_store: Path) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return asyncio.run(_run(args, default_store))
+        return asyncio.run(_run(args, default_store, open_keys))
     except ValueError as exc:
         parser.error(str(exc))
     return 2
 
 
-async def _run(args: argparse.Namespace, default_store: Path) -> int:
-    store = open_store(args.store, RetentionPolicy(), default_store)
+async def _run(args: argparse.Namespace, default_store: Path, open_keys: OpenKeys) -> int:
+    store = open_keys(args.store, default_store)
     if store is None:
         raise ValueError("keys are kept in a store: --store none has none")
     try:
@@ -79,7 +83,7 @@ async def _run(args: argparse.Namespace, default_store: Path) -> int:
             return 1
         return 0
     finally:
-        await store.close()
+        await store.database.close()
 
 
 def _when(at: float | None) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from server.metrics import PROJECT_REQUESTS, PROJECT_TOKENS, RATE_LIMITED
-from server.store.interface import StoreUnavailable
+from server.store.database import StoreUnavailable
 from server.tenancy.keys import Caller
 from server.tenancy.limits import DAY, MINUTE, Limits, RateLimited, Spent, rate_headers, refusal
 from server.tenancy.usage import NO_KEY, UsageLedger, UsageRecord

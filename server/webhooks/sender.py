@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import httpx
 
 from server.metrics import WEBHOOK_DELIVERIES
-from server.store.interface import ResponseStore, StoreUnavailable, WebhookDelivery
+from server.store.database import StoreUnavailable
+from server.webhooks.outbox import WebhookDelivery, WebhookOutbox
 from server.webhooks.signing import WebhookSecret
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class WebhookSender:
     """Sends the outbox's due deliveries, as `owner`, until stopped."""
 
     settings: WebhookSettings
-    store: ResponseStore
+    outbox: WebhookOutbox
     owner: str
     _task: asyncio.Task[None] | None = None
     _client: httpx.AsyncClient = field(init=False)
@@ -63,7 +64,7 @@ class WebhookSender:
     async def _run(self) -> None:
         while True:
             try:
-                claimed = await self.store.claim_webhooks(self.owner, 3 * self.settings.timeout_seconds, _BATCH)
+                claimed = await self.outbox.claim(self.owner, 3 * self.settings.timeout_seconds, _BATCH)
                 await asyncio.gather(*(self._deliver(delivery) for delivery in claimed))
             except StoreUnavailable:  # logged by the store; the claims lapse and are taken again
                 claimed = []
@@ -93,15 +94,15 @@ class WebhookSender:
         attempt = delivery.attempts + 1
         if failure is None:
             WEBHOOK_DELIVERIES.labels("delivered").inc()
-            await self.store.webhook_sent(delivery.id, self.owner)
+            await self.outbox.sent(delivery.id, self.owner)
             return
         if attempt >= self.settings.max_attempts:
             WEBHOOK_DELIVERIES.labels("given_up").inc()
             logger.warning("webhook %s (%s of %s) not delivered after %d attempts (last: %s); given up",
                            delivery.id, delivery.type, delivery.response_id, attempt, failure)
-            await self.store.webhook_sent(delivery.id, self.owner)
+            await self.outbox.sent(delivery.id, self.owner)
             return
         WEBHOOK_DELIVERIES.labels("failed_attempt").inc()
         retry_in = min(self.settings.first_retry_seconds * 2 ** (attempt - 1), MAX_RETRY_SECONDS)
         logger.info("webhook %s attempt %d failed (%s); next in %.1f s", delivery.id, attempt, failure, retry_in)
-        await self.store.webhook_failed(delivery.id, self.owner, retry_in)
+        await self.outbox.failed(delivery.id, self.owner, retry_in)

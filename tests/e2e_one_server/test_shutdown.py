@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from server.http.graceful import SHUTDOWN_REASON
-from server.store.sqlite import SqliteStore
+from tests.stores import sqlite_records
 from tests.e2e_one_server.conftest import SHUTDOWN_TIMEOUT
 from tests.servers import MODEL, RunningServer
 from conformance.contract import validate_events
@@ -100,12 +100,13 @@ def test_sigterm_drains_then_fails_what_is_left_and_exits_zero(server: RunningSe
     assert "Traceback" not in log, log[-4000:]
 
     async def stored() -> dict[str, str]:
-        store = SqliteStore(server.data_dir / "responses.db")
+        stored = sqlite_records(server.data_dir / "responses.db")
+        store = stored.responses
         try:
             records = {key: await store.get(value, "default") for key, value in
                        {"long": failed.id, "background": background["id"], "short": short_events[-1]["response"]["id"]}.items()}
             return {key: record.status if record else "missing" for key, record in records.items()}
         finally:
-            await store.close()
+            await stored.close()
 
     assert asyncio.run(stored()) == {"long": "failed", "background": "failed", "short": short.status}
