@@ -22,6 +22,7 @@ from parsers.tools import model_name
 from server.file_data import check_file
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+TEXT_PARTS = ("input_text", "output_text", "text")  # the content parts that are text alone
 ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 KNOWN_INCLUDES = frozenset(get_args(ResponseIncludable))
 # Content this server does not read: rejected when the request is read, on every path. Images are read by a
@@ -88,6 +89,10 @@ class ContentPart(_Lenient):
 
     def is_image(self) -> bool:
         return self.type == "input_image"
+
+    def is_text(self) -> bool:
+        """A part that is text alone (the user's, an assistant's, or a tool output's)."""
+        return self.type in TEXT_PARTS
 
 
 class MessageItem(_Lenient):

@@ -268,3 +268,31 @@ def test_a_compaction_keeps_only_the_newest_user_messages_that_fit(compacting: H
     assert sum(len(text) for text in users) <= compacting.engine.max_model_len
     answer_prompt = compacting.engine.requests[-1].prompt_token_ids
     assert len(answer_prompt) < compacting.engine.max_model_len and "Message 0:" not in tokenizer.decode(answer_prompt)
+
+
+def test_an_overflowing_turn_renders_its_whole_history_once_before_the_summary(tokenizer: Any,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn that overflows is rendered whole once (to learn that it does not fit), then summarized: what stands in
+    for its run until the compacted one replaces it is never generated from, and costs no render of the history
+    (it rendered the history again, and again for each step of the truncation's search)."""
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL, compact_on_overflow=True),
+                             engine_factory=lambda: engine, ids=counting_ids(), sealer=SEALER)
+    history = huge_session()
+    with serve_in_thread(create_app(context)) as base_url:
+        harness = Harness(engine, base_url)
+        path = context.model(None).path
+        rendered_items: list[int] = []
+        render = path.render
+
+        def counted(request: Any, **kwargs: Any) -> Any:
+            rendered_items.append(len(request.input_items()))
+            return render(request, **kwargs)
+
+        monkeypatch.setattr(path, "render", counted)
+        harness.play(say(tokenizer, "The user's cat is Miso."), say(tokenizer, "Miso."))
+        final = harness.client.responses.create(model=MODEL, input=history, store=False)  # type: ignore[arg-type]
+    assert [item.type for item in final.output] == ["compaction", "message"]
+    summary_render = rendered_items.index(len(history) + 1)  # the history and the instruction to summarize it
+    assert rendered_items[:summary_render].count(len(history)) == 1, rendered_items
+    assert max(rendered_items[1:summary_render], default=0) <= 2, rendered_items  # the stand-in: the newest alone

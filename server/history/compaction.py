@@ -36,8 +36,7 @@ def summary_request(conversation: ResponsesRequest) -> ResponsesRequest:
 def _cut(item: Any) -> Any:
     """A tool output longer than KEPT_OUTPUT_CHARS as its head and tail with a marker between them (a summary
     needs what a command printed first and last, not its thousands of lines); any other item as it is."""
-    if not isinstance(item, ToolOutput) or any(part.type not in ("input_text", "output_text", "text")
-                                               for part in item.parts()):
+    if not isinstance(item, ToolOutput) or not all(part.is_text() for part in item.parts()):
         return item  # an output with images or files is kept as it is
     text = item.text()
     if len(text) <= KEPT_OUTPUT_CHARS:
@@ -52,29 +51,17 @@ def user_messages(conversation: ResponsesRequest, most_chars: int) -> list[str |
     the text, or the parts as sent when there is more than text (images and files are kept, not re-encoded).
     Only the newest whose text adds up to `most_chars` are kept, the last always: the older ones are in the
     summary, and a compaction that kept them all would not fit the window either."""
-    contents = [_user_content(item) for item in conversation.input_items()
-                if isinstance(item, MessageItem) and item.role == "user"]
+    messages = [item for item in conversation.input_items() if isinstance(item, MessageItem) and item.role == "user"]
     kept: list[str | list[dict[str, Any]]] = []
     total = 0
-    for content in reversed(contents):
-        total += _text_length(content)
+    for message in reversed(messages):
+        parts = message.parts()
+        total += sum(len(part.text or "") for part in parts if part.is_text())
         if kept and total > most_chars:
             break
-        kept.append(content)
+        kept.append(message.text() if all(part.is_text() for part in parts)
+                    else [part.model_dump(exclude_none=True) for part in parts])
     return kept[::-1]
-
-
-def _text_length(content: str | list[dict[str, Any]]) -> int:
-    if isinstance(content, str):
-        return len(content)
-    return sum(len(part.get("text", "")) for part in content)
-
-
-def _user_content(item: MessageItem) -> str | list[dict[str, Any]]:
-    parts = item.parts()
-    if all(part.type in ("input_text", "text") for part in parts):
-        return item.text()
-    return [part.model_dump(exclude_none=True) for part in parts]
 
 
 def compacted_response(summary: Response, conversation: ResponsesRequest, sealer: Sealer,

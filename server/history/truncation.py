@@ -64,6 +64,13 @@ def render_to_fit(render: Callable[[ResponsesRequest], RenderedPrompt], request:
     return best
 
 
+def fewest_items(request: ResponsesRequest) -> ResponsesRequest:
+    """The request with every item truncation "auto" may drop dropped: the least of it a prompt can hold."""
+    items = request.input_items()
+    dropped = {index for group in droppable_groups(items) for index in group}
+    return request.model_copy(update={"input": [item for i, item in enumerate(items) if i not in dropped]})
+
+
 def droppable_groups(items: list[Any]) -> list[list[int]]:
     """Indices of the items truncation may drop, in groups that go together, oldest group first."""
     last_user = max((i for i, item in enumerate(items) if isinstance(item, MessageItem) and item.role == "user"),

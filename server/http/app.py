@@ -22,6 +22,7 @@ from server.http.conversation_routes import router as conversation_router
 from server.http.routes import router
 from server.http.stored_routes import router as stored_router
 from server.http.usage_routes import router as usage_router
+from server.http.replica_routes import PeerClient
 from server.http.replica_routes import router as replica_router
 from server.http.tool_routes import router as tool_router
 from server.http.websocket import OpenSockets
@@ -52,6 +53,7 @@ def create_app(context: ServingContext) -> FastAPI:
             if context.replicas is not None:
                 await context.replicas.stop()
             await app.state.forwarder.close()
+            await app.state.peers.close()
             if sender is not None:
                 await sender.stop()
             await context.background.shutdown()
@@ -68,6 +70,7 @@ def create_app(context: ServingContext) -> FastAPI:
     app.state.context = context
     app.state.sockets = OpenSockets()
     app.state.forwarder = forwarder(context)
+    app.state.peers = PeerClient()
     app.add_middleware(BodySizeLimit, max_bytes=context.config.max_body_bytes,
                        uploads=upload_limits(context.config.max_file_bytes))
     open_paths = OPEN_PATHS - {"/metrics"} if context.config.metrics_need_key else OPEN_PATHS

@@ -20,6 +20,24 @@ METRICS_SECONDS = 5.0  # how long another replica's /metrics may take
 REPLICA_HEADER = "responses-server-replica"  # whose figures an answer holds
 
 
+class PeerClient:
+    """One HTTP client for reading other replicas' figures: its connections kept between the console's polls. Made on
+    first use (inside the app's event loop) and closed with the app."""
+
+    def __init__(self) -> None:
+        self._client: httpx.AsyncClient | None = None
+
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=METRICS_SECONDS)
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
 def _here(request: Request) -> str:
     registry = serving_context(request).replicas
     return registry.replica_id if registry is not None else ALONE
@@ -48,8 +66,8 @@ async def replica_metrics(request: Request, replica_id: str) -> Response:
         raise APIError(f"No live replica '{replica_id}'.", status=404, param="replica_id")
     headers = {"Authorization": request.headers["authorization"]} if "authorization" in request.headers else {}
     try:
-        async with httpx.AsyncClient(timeout=METRICS_SECONDS) as client:
-            answer = await client.get(f"{url}/v1/replicas/{replica_id}/metrics", headers=headers)
+        peers: PeerClient = request.app.state.peers
+        answer = await peers.client().get(f"{url}/v1/replicas/{replica_id}/metrics", headers=headers)
     except httpx.HTTPError as error:
         raise APIError(f"Replica '{replica_id}' did not answer: {type(error).__name__}.", status=502,
                        type="server_error") from None

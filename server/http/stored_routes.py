@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Annotated, Any, AsyncIterator, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -94,24 +94,11 @@ class PageQuery:
     order: Literal["asc", "desc"] = "desc"
 
 
-@dataclass
-class ResponseQuery:
-    """What a list of responses keeps: `status`, `model`, the responses that continue `previous_response_id`, and
-    those created from `created_after` (inclusive) until `created_before` (exclusive), in Unix seconds."""
-
-    status: Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"] | None = None
-    model: str | None = Query(default=None, max_length=256)
-    previous_response_id: str | None = Query(default=None, max_length=256)
-    created_after: float | None = Query(default=None, ge=0, le=1e11)
-    created_before: float | None = Query(default=None, ge=0, le=1e11)
-
-
 @router.get("/v1/responses")
 async def list_responses(request: Request, page: Annotated[PageQuery, Depends()],
-                         query: Annotated[ResponseQuery, Depends()]) -> dict[str, Any]:
+                         wanted: Annotated[ResponseFilter, Query()]) -> dict[str, Any]:
     """The caller's project's stored responses, newest first: the console's list, and the forward links of a
     chain (`previous_response_id`). Another project's responses are not there to list."""
-    wanted = ResponseFilter(**asdict(query))
     return list_page(*await required_store(request).list_responses(wanted, page.after, page.limit, page.order))
 
 

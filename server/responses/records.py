@@ -4,7 +4,9 @@ conversation's own fields, and the rules for lists and for how long responses ar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from server.tenancy.keys import DEFAULT_PROJECT
 
@@ -32,16 +34,18 @@ class StoredResponse:
     project: str = DEFAULT_PROJECT  # whose it is (server/tenancy): read only through that project's ProjectStore
 
 
-@dataclass(frozen=True)
-class ResponseFilter:
+class ResponseFilter(BaseModel):
     """Which of a project's stored responses a list shows: by status, model, the response they continue, and
-    creation time (`created_after` inclusive, `created_before` exclusive, in seconds)."""
+    creation time (`created_after` inclusive, `created_before` exclusive, in Unix seconds). The list route reads it
+    from its query, checked as it is declared here."""
 
-    status: str | None = None
-    model: str | None = None
-    previous_response_id: str | None = None
-    created_after: float | None = None
-    created_before: float | None = None
+    model_config = ConfigDict(frozen=True)
+
+    status: Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"] | None = None
+    model: str | None = Field(default=None, max_length=256)
+    previous_response_id: str | None = Field(default=None, max_length=256)
+    created_after: float | None = Field(default=None, ge=0, le=1e11)
+    created_before: float | None = Field(default=None, ge=0, le=1e11)
 
 
 @dataclass(frozen=True)

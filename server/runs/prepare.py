@@ -37,7 +37,7 @@ from server.runs.context import ServingContext
 from server.responses.records import StoredResponse
 from server.tenancy.keys import Caller
 from server.tenancy.limiter import Ticket
-from server.history.truncation import check_expanded_fits
+from server.history.truncation import check_expanded_fits, fewest_items
 from server.prompts.known import PromptKeys
 from server.runs.rendering import remember_prompt, rendered_prompt
 from streaming.builder import ResponseBuilder
@@ -95,7 +95,7 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
     loop = HostedLoop(context, hosted, conversation, body, fetched, keys, placed) if hosted.runs_tools else None
     run.hosted = loop
     engine = context.model(body.model).engine
-    if run.request.images and not compacting:
+    if run.request.images and not (compacting or overflowed):  # (a stand-in's are not the run's)
         check_expanded_fits(await engine.prompt_length(run.request), engine.max_model_len)
     run.generate = generate and not compacting
     threshold = body.compact_threshold(engine.max_model_len)
@@ -132,9 +132,10 @@ async def _first_run(context: ServingContext, conversation: ResponsesRequest, bo
                      fetched: Mapping[str, bytes], hosted: HostedTools, compacting: bool,
                      keys: PromptKeys, placed: Placement) -> tuple[ResponseRun, bool]:
     """The run as asked, and whether the conversation overflowed the context and is to be compacted first
-    (`--compact-on-overflow`, truncation unset). A run to be compacted first is rendered with truncation "auto": it
-    stands in until the compacted one replaces it."""
-    stand_in = conversation.model_copy(update={"truncation": "auto"})
+    (`--compact-on-overflow`, truncation unset). A run to be compacted first stands in until the compacted one
+    replaces it, and is never generated from: it is rendered from the least of the conversation a prompt holds (the
+    instructions, system and developer messages, the last user message), not from its whole history again."""
+    stand_in = fewest_items(conversation)
     if compacting:
         return await prepare_run(context, stand_in, body, fetched, hosted, keys=keys, placed=placed), False
     try:
