@@ -39,7 +39,11 @@ SDK_ONLY_EVENTS = frozenset({
 _EXTENDED_UNIONS = {"ItemField": "type", "Tool": "type", "Annotation": "type"}
 # Where this structural copy lost a branch of the published spec: a json_schema format's `schema` is an object or
 # null there (`z.union([z.object({}), z.null()])` in the spec's own zod schemas), not null only.
-_CORRECTIONS = {("JsonSchemaResponseFormat", "schema"): {"anyOf": [{"type": "object"}, {"type": "null"}]}}
+_CORRECTIONS = {("JsonSchemaResponseFormat", "schema"): {"anyOf": [{"type": "object"}, {"type": "null"}]},
+                # An extension: a response made from a reusable prompt (`prompt`, which the spec does not define)
+                # echoes the filled prompt in `instructions` as a list of input items, as OpenAI and the SDK do.
+                ("ResponseResource", "instructions"): {"anyOf": [{"type": "string"}, {"type": "null"},
+                                                                 {"type": "array", "items": {"type": "object"}}]}}
 
 
 class SpecViolation(AssertionError):

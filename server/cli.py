@@ -221,6 +221,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         from server.tenancy.commands import main as keys
 
         sys.exit(keys(argv[1:], data_dir() / "responses.db", open_key_records))
+    if argv[:1] == ["prompts"]:  # `responses-server prompts create | list | show`: reusable prompts in the store
+        from server.launch import data_dir
+        from server.records import open_prompt_records
+        from server.saved_prompts.commands import main as prompts
+
+        sys.exit(prompts(argv[1:], data_dir() / "responses.db", open_prompt_records))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to an engine worker or MCP server
     parser = build_parser()

@@ -17,6 +17,8 @@ from server.responses.records import RetentionPolicy
 from server.responses.response_records import ResponseRecords
 from server.retrieval.file_records import FileRecords
 from server.retrieval.project_files import ProjectFiles
+from server.saved_prompts.project_prompts import ProjectPrompts
+from server.saved_prompts.records import PromptRecords
 from server.store.database import Database
 from server.store.factory import open_database
 from server.store.migrations import Migrations
@@ -26,7 +28,7 @@ from server.webhooks.outbox import WebhookOutbox, enqueue_ending
 
 # The rooms whose migrations make the schema (a version's scripts may come from several of them).
 MIGRATIONS = Migrations(("server.responses", "server.webhooks", "server.replicas", "server.tenancy",
-                         "server.retrieval"))
+                         "server.retrieval", "server.saved_prompts"))
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Records:
     files: FileRecords
     replicas: ReplicaRecords
     webhooks: WebhookOutbox
+    prompts: PromptRecords
 
     @classmethod
     def over(cls, database: Database, retention: RetentionPolicy = RetentionPolicy(),
@@ -49,7 +52,8 @@ class Records:
         outbox in the transaction that ends it."""
         return cls(database, ResponseRecords(database, retention, enqueue_ending if webhooks else None),
                    ConversationRecords(database), KeyRecords(database), UsageRecords(database),
-                   FileRecords(database), ReplicaRecords(database), WebhookOutbox(database))
+                   FileRecords(database), ReplicaRecords(database), WebhookOutbox(database),
+                   PromptRecords(database))
 
     def project_store(self, project: str) -> ProjectStore:
         """The responses and conversations as `project` sees them."""
@@ -58,6 +62,10 @@ class Records:
     def project_files(self, project: str) -> ProjectFiles:
         """The uploaded files as `project` sees them."""
         return ProjectFiles(self.files, project)
+
+    def project_prompts(self, project: str) -> ProjectPrompts:
+        """The reusable prompts as `project` sees them."""
+        return ProjectPrompts(self.prompts, project)
 
     async def close(self) -> None:
         await self.database.close()
@@ -75,3 +83,9 @@ def open_key_records(url: str | None, default_path: Path) -> KeyRecords | None:
     """The API keys in the `--store` database, for `responses-server keys` (None for `none`)."""
     records = open_records(url, RetentionPolicy(), default_path)
     return records.keys if records is not None else None
+
+
+def open_prompt_records(url: str | None, default_path: Path) -> PromptRecords | None:
+    """The reusable prompts in the `--store` database, for `responses-server prompts` (None for `none`)."""
+    records = open_records(url, RetentionPolicy(), default_path)
+    return records.prompts if records is not None else None

@@ -30,7 +30,6 @@ KNOWN_INCLUDES = frozenset(get_args(ResponseIncludable))
 _UNREADABLE_CONTENT = ("input_audio",)
 # Fields the server cannot honour: a request that sets them is a 400 saying why, never silently served.
 _UNSUPPORTED_FIELDS = {
-    "prompt": "stored prompt templates are not supported by this server; send `instructions` and `input` instead",
     "moderation": "this server runs no moderation; leave `moderation` out",
 }
 
@@ -511,6 +510,26 @@ class StreamOptions(_Lenient):
     include_obfuscation: bool = True
 
 
+class PromptReference(_Lenient):
+    """A reusable prompt a request uses (server/saved_prompts): its id, its version (the latest when not given),
+    and the values of its `{{variables}}`: strings, or input_text, input_image and input_file parts."""
+
+    id: str = Field(min_length=1, max_length=256)
+    version: str | None = Field(default=None, pattern=r"^[1-9][0-9]{0,8}$")
+    variables: dict[str, str | dict[str, Any]] | None = None
+
+    @field_validator("variables")
+    @classmethod
+    def _parts(cls, variables: dict[str, str | dict[str, Any]] | None) -> dict[str, str | dict[str, Any]] | None:
+        for name, value in (variables or {}).items():
+            if isinstance(value, dict):
+                if value.get("type") not in ("input_text", "input_image", "input_file"):
+                    raise ValueError(f"variable '{name}' must be a string or an input_text, input_image or "
+                                     "input_file part")
+                ContentPart.model_validate(value)  # an image's or a file's part checked as in a message
+        return variables
+
+
 class ResponsesRequest(_Lenient):
     """The request fields the server acts on; everything else a client sends is accepted and ignored.
 
@@ -546,8 +565,10 @@ class ResponsesRequest(_Lenient):
     prompt_cache_key: str | None = None
     conversation: ItemId | None = None  # a conversation id (sent as "conv_..." or {"id": "conv_..."})
     context_management: list[ContextManagement] | None = None
-    prompt: Any = None  # these two are rejected when given (_UNSUPPORTED_FIELDS)
-    moderation: Any = None
+    prompt: PromptReference | None = None  # a reusable prompt (server/saved_prompts)
+    moderation: Any = None  # rejected when given (_UNSUPPORTED_FIELDS)
+    # The reusable prompt's items a response echoes in `instructions`, once the prompt is filled (with_prompt)
+    _prompt_instructions: list[dict[str, Any]] | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -561,7 +582,7 @@ class ResponsesRequest(_Lenient):
     def _conversation_id(cls, value: Any) -> Any:
         return value.get("id") if isinstance(value, dict) else value
 
-    @field_validator("prompt", "moderation")
+    @field_validator("moderation")
     @classmethod
     def _not_supported(cls, value: Any, info: ValidationInfo) -> Any:
         raise ValueError(_UNSUPPORTED_FIELDS[info.field_name])
@@ -598,6 +619,17 @@ class ResponsesRequest(_Lenient):
                 yield from ((f"input[{index}].content[{position}]", part) for position, part in enumerate(item.content))
             elif isinstance(item, ToolOutput) and isinstance(item.output, list):
                 yield from ((f"input[{index}].output[{position}]", part) for position, part in enumerate(item.output))
+
+    def with_prompt(self, reference: PromptReference, echoed: list[dict[str, Any]]) -> "ResponsesRequest":
+        """The request as sent, naming the prompt version it used, and echoing the prompt filled in `instructions`
+        (as OpenAI echoes a reusable prompt)."""
+        copy = self.model_copy(update={"prompt": reference})
+        copy._prompt_instructions = echoed
+        return copy
+
+    def echoed_instructions(self) -> str | list[dict[str, Any]] | None:
+        """`instructions` as a response echoes them: the filled prompt's items, else the request's own."""
+        return self._prompt_instructions if self._prompt_instructions is not None else self.instructions
 
     def input_items(self) -> list[Any]:
         """The input as a list of items (a string input is one user message; an empty one, none)."""

@@ -23,7 +23,7 @@ from tests.test_server import MODEL
 from tests.test_store import open_url
 
 KEYS = {"alpha": "alpha-secret-key-0123456789abcdef", "beta": "beta-secret-key-0123456789abcdef"}
-IDS = re.compile(r"\b(resp|conv|msg|item)_[0-9A-Za-z]+")
+IDS = re.compile(r"\b(resp|conv|msg|item|pmpt)_[0-9A-Za-z]+")
 
 
 def declared() -> tuple[ApiKey, ...]:
@@ -74,12 +74,15 @@ def alpha_objects(alpha: Client) -> dict[str, str]:
     item = alpha.http.get(f"/conversations/{conversation['id']}/items").json()["data"][0]["id"]
     in_conversation = alpha.create(input="And Italy?", conversation=conversation["id"])
     background = alpha.create(input="Slowly, please.", background=True)
+    prompt = alpha.http.post("/prompts", json={"instructions": "Be {{mood}}."}).json()
     return {"stored": stored["id"], "streamed": streamed, "in_conversation": in_conversation["id"],
-            "background": background["id"], "conversation": conversation["id"], "item": item}
+            "background": background["id"], "conversation": conversation["id"], "item": item, "prompt": prompt["id"]}
 
 
-def attempts(response_id: str, conversation_id: str, item_id: str) -> dict[str, Callable[[Client], httpx.Response]]:
-    """Every route and field that names a response or a conversation, as another project would use it."""
+def attempts(response_id: str, conversation_id: str, item_id: str,
+             prompt_id: str) -> dict[str, Callable[[Client], httpx.Response]]:
+    """Every route and field that names a response, a conversation, an item or a prompt, as another project would
+    use it."""
     def create(**body: Any) -> Callable[[Client], httpx.Response]:
         return lambda c: c.http.post("/responses", json={"model": MODEL, "input": "Go on.", **body})
 
@@ -109,6 +112,11 @@ def attempts(response_id: str, conversation_id: str, item_id: str) -> dict[str, 
         "DELETE item": lambda c: c.http.delete(f"/conversations/{conversation_id}/items/{item_id}"),
         "DELETE conversation": lambda c: c.http.delete(f"/conversations/{conversation_id}"),
         "DELETE response": lambda c: c.http.delete(f"/responses/{response_id}"),
+        "prompt field": create(prompt={"id": prompt_id, "variables": {"mood": "brief"}}),
+        "GET prompt": lambda c: c.http.get(f"/prompts/{prompt_id}"),
+        "GET prompt versions": lambda c: c.http.get(f"/prompts/{prompt_id}/versions"),
+        "POST prompt version": lambda c: c.http.post(f"/prompts/{prompt_id}/versions",
+                                                     json={"instructions": "Be {{mood}}, beta says."}),
     }
 
 
@@ -139,9 +147,9 @@ def test_another_projects_objects_are_exactly_missing_ones(replicas: tuple[list[
     for url in urls:  # on the replica that made them, and on the other one
         beta = Client(url, "beta")
         for kind in ("background", "stored", "streamed", "in_conversation"):
-            theirs = attempts(objects[kind], objects["conversation"], objects["item"])
+            theirs = attempts(objects[kind], objects["conversation"], objects["item"], objects["prompt"])
             missing = attempts(random_like(objects[kind]), random_like(objects["conversation"]),
-                               random_like(objects["item"]))
+                               random_like(objects["item"]), random_like(objects["prompt"]))
             for name, attempt in theirs.items():
                 assert seen(attempt(beta)) == seen(missing[name](beta)), (kind, name, url)
             for field, value in (("previous_response_id", objects[kind]), ("conversation", objects["conversation"])):
@@ -154,6 +162,7 @@ def test_another_projects_objects_are_exactly_missing_ones(replicas: tuple[list[
     items = alpha.http.get(f"/conversations/{objects['conversation']}/items", params={"order": "asc"}).json()["data"]
     assert items[0]["id"] == objects["item"] and "Injected." not in json.dumps(items)
     assert alpha.http.get(f"/conversations/{objects['conversation']}").json()["metadata"] == {}
+    assert [p["version"] for p in alpha.http.get(f"/prompts/{objects['prompt']}/versions").json()["data"]] == ["1"]
     assert alpha.http.get(f"/responses/{objects['background']}").json()["status"] == "in_progress", \
         "beta's cancel or delete reached alpha's background response"
     assert alpha.http.post(f"/responses/{objects['background']}/cancel").json()["status"] == "cancelled"

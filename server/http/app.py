@@ -22,6 +22,7 @@ from server.http.conversation_routes import router as conversation_router
 from server.http.routes import router
 from server.http.stored_routes import router as stored_router
 from server.http.usage_routes import router as usage_router
+from server.http.prompt_routes import router as prompt_router
 from server.http.replica_routes import PeerClient
 from server.http.replica_routes import router as replica_router
 from server.http.tool_routes import router as tool_router
@@ -86,6 +87,7 @@ def create_app(context: ServingContext) -> FastAPI:
     app.include_router(replica_router)
     app.include_router(tool_router)
     app.include_router(file_router)
+    app.include_router(prompt_router)
     app.include_router(vector_store_router)
     app.include_router(websocket_router)
     console.install(app)

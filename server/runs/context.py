@@ -34,6 +34,7 @@ from server.tenancy.limiter import Limiter
 from server.tenancy.usage import MemoryLedger
 from server.responses.project_store import ProjectStore
 from server.retrieval.project_files import ProjectFiles
+from server.saved_prompts.project_prompts import ProjectPrompts
 from server.records import Records
 from server.webhooks.sender import WebhookSender
 from streaming.builder import ResponseBuilder
@@ -96,6 +97,10 @@ class ServingContext:
     def project_store(self, project: str) -> ProjectStore | None:
         """The responses and conversations as `project` sees them: its own only (None: no store)."""
         return self.records.project_store(project) if self.records is not None else None
+
+    def project_prompts(self, project: str) -> ProjectPrompts | None:
+        """The reusable prompts as `project` sees them: its own only (None: no store)."""
+        return self.records.project_prompts(project) if self.records is not None else None
 
     def project_files(self, project: str) -> ProjectFiles | None:
         """The uploaded files as `project` sees them: its own only (None: no store)."""

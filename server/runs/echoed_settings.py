@@ -14,7 +14,7 @@ from server.requests import ResponsesRequest
 
 # Echoed as sent; the fields not here are resolved below (or left to streaming.response's defaults).
 _ECHOED = (
-    "instructions", "tool_choice", "parallel_tool_calls", "metadata", "previous_response_id", "truncation", "store",
+    "tool_choice", "parallel_tool_calls", "metadata", "previous_response_id", "truncation", "store",
     "background", "user", "safety_identifier", "prompt_cache_key", "top_logprobs", "max_tool_calls",
 )
 # Fields the Open Responses spec echoes that the SDK's Response type lacks, with the type the spec gives them.
@@ -46,6 +46,9 @@ def response_settings(request: ResponsesRequest, model: str, sampling: SamplingS
     if request.conversation is not None:
         settings["conversation"] = {"id": request.conversation}
     candidates = {field: getattr(request, field, None) for field in _ECHOED}
+    candidates["instructions"] = request.echoed_instructions()
+    if request.prompt is not None:
+        candidates["prompt"] = request.prompt.model_dump(exclude_none=True)
     candidates["reasoning"] = _reasoning(request.reasoning)
     candidates["text"] = _text(request.text)
     for field, value in candidates.items():

@@ -39,6 +39,7 @@ from server.tenancy.keys import Caller
 from server.tenancy.limiter import Ticket
 from server.history.truncation import check_expanded_fits, fewest_items
 from server.prompts.known import PromptKeys
+from server.saved_prompts.use import with_saved_prompt
 from server.runs.rendering import remember_prompt, rendered_prompt
 from streaming.builder import ResponseBuilder
 from streaming.items import ListedTools, ToolResult
@@ -82,6 +83,7 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
         raise RequestError("Background responses must be stored (store: true, and a server with a store).",
                            param="background")
     conversation, history_start = await conversation_of(context, body, project, earlier)
+    conversation, body = await with_saved_prompt(conversation, body, context.project_prompts(project))
     hosted = await hosted_tools(conversation, body, context.config.mcp, await _file_search(context, body, project))
     unavailable = hosted.unavailable
     if unavailable is not None and not (body.stream or body.background or earlier is not None):
@@ -154,6 +156,7 @@ async def _first_run(context: ServingContext, conversation: ResponsesRequest, bo
 async def input_token_count(context: ServingContext, body: ResponsesRequest, project: str) -> int:
     """The `usage.input_tokens` a response to `body` by `project` would report: its run is prepared, not started."""
     conversation, _ = await conversation_of(context, body, project)
+    conversation, body = await with_saved_prompt(conversation, body, context.project_prompts(project))
     hosted = await hosted_tools(conversation, body, context.config.mcp, await _file_search(context, body, project))
     if hosted.unavailable is not None:
         raise DependencyFailed(hosted.unavailable.error or "", param="tools")

@@ -171,10 +171,36 @@ def test_usage_shows_this_servers_tokens_and_exports_them(page: Any, server: Run
     screenshot(page, "usage", tmp_path)
 
 
+def test_a_prompt_is_made_versioned_and_tried_from_the_page(page: Any, server: RunningServer, tmp_path: Path) -> None:
+    """The Prompts page (issue 55 item 4): a prompt saved with a variable, a second version saved, and the prompt
+    tried with its variable filled: the answer is the model's, to the filled prompt, and in view."""
+    page.goto(f"{origin(server)}/console/#/prompts")
+    page.wait_for_selector("#pr-list :is(table, p)", timeout=WAIT_MS)
+    page.fill("#pr-instructions", "You are a poet from {{city}}. Answer in one short line.")
+    page.click("#pr-save")
+    page.wait_for_selector("#pr-try:not([hidden]) #pr-var-city", timeout=WAIT_MS)
+    prompt_id = page.evaluate("location.hash").rsplit("/", 1)[1]
+    page.fill("#pr-instructions", "You are a terse poet from {{city}}. Answer in one short line.")
+    page.click("#pr-save")
+    page.wait_for_function("document.querySelectorAll('#pr-version option').length === 2", timeout=WAIT_MS)
+    page.fill("#pr-var-city", "Lisbon")
+    page.fill("#pr-message", "Describe the sea.")
+    page.click("#pr-run")
+    page.wait_for_selector("#pr-answer a", timeout=WAIT_MS)
+    response = server.client.responses.retrieve(page.locator("#pr-answer a").inner_text())
+    assert response.prompt is not None and (response.prompt.id, response.prompt.version) == (prompt_id, "2")
+    assert isinstance(response.instructions, list)
+    assert "terse poet from Lisbon" in json.dumps([item.model_dump() for item in response.instructions])
+    assert page.locator("#pr-output").inner_text().strip() == response.output_text.strip()
+    assert page.locator("#pr-output").is_visible() and page.evaluate(
+        "document.querySelector('#pr-output').getBoundingClientRect().top < window.innerHeight"), "out of view"
+    screenshot(page, "prompts", tmp_path)
+
+
 @pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
 def test_every_page_passes_the_accessibility_check(chrome: Any, server: RunningServer, dark: bool) -> None:
     pages = {"playground": "#pg-model option", "responses": "#rl-rows tr", "live": "#live-state",
-             "usage": "#usage-table tbody tr"}
+             "usage": "#usage-table tbody tr", "prompts": "#pr-list :is(table, p)"}
     with console_page(chrome, origin(server), dark=dark) as page:
         for name, ready in pages.items():
             page.goto(f"{origin(server)}/console/#/{name}")

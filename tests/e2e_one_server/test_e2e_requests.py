@@ -336,6 +336,37 @@ def test_agents_conversations_session_remembers_the_first_turn(server: RunningSe
     assert [item.get("role") for item in items] == ["user", "assistant", "user", "assistant"]
 
 
+def test_agents_sdk_runs_a_prompt_the_command_made(server: RunningServer, tokenizer: Any) -> None:
+    """`responses-server prompts create` keeps a prompt in the server's store; the Agents SDK's `Agent(prompt=...)`
+    sends it by id with its variables, and the model is given it, filled (issue 55 item 4)."""
+    import os
+    import subprocess
+    import sys
+
+    from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, set_tracing_disabled
+
+    made = subprocess.run([sys.executable, "-m", "server", "prompts", "create", "--instructions",
+                           "You are a terse geography tutor for {{student}}. Answer in one short sentence."],
+                          env={**os.environ, "RESPONSES_SERVER_DATA": str(server.data_dir)}, capture_output=True,
+                          text=True, timeout=120, check=True)
+    prompt = json.loads(made.stdout)
+    set_tracing_disabled(True)
+
+    async def run() -> Any:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0,
+                             _strict_response_validation=True)
+        agent = Agent(name="tutor", prompt={"id": prompt["id"], "variables": {"student": "Ada Lovelace"}},
+                      model=OpenAIResponsesModel(model=MODEL, openai_client=client),
+                      model_settings=ModelSettings(temperature=0))  # greedy: the answer ends before the cap
+        result = await Runner.run(agent, "What is the capital of France?", max_turns=1)
+        return result, await client.responses.retrieve(result.raw_responses[0].response_id or "")
+
+    result, stored = asyncio.run(run())
+    assert result.final_output
+    assert "You are a terse geography tutor for Ada Lovelace." in last_prompt(server, tokenizer)
+    assert stored.prompt is not None and (stored.prompt.id, stored.prompt.version) == (prompt["id"], "1")
+
+
 # The request shapes of the Open Responses compliance suite (openresponses/openresponses, compliance-tests.ts),
 # sent as it sends them: no sampling settings, no cap. Its image-input shape needs a model that sees.
 COMPLIANCE_WEATHER = [{"type": "function", "name": "get_weather", "description": "Get the current weather for a location",

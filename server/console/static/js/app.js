@@ -3,6 +3,7 @@
 import { apiKey, setApiKey } from "./api.js";
 import * as live from "./live.js";
 import * as playground from "./playground.js";
+import * as prompts from "./prompts.js";
 import * as responses from "./responses.js";
 import * as usage from "./usage.js";
 
@@ -15,6 +16,8 @@ const ROUTES = [
   [/^#\/conversations\/([\w-]+)$/, (id) => responses.renderConversation(main, id), "#/responses"],
   [/^#\/live$/, (_, signal) => live.render(main, signal), "#/live"],
   [/^#\/usage$/, () => usage.render(main), "#/usage"],
+  [/^#\/prompts\/([\w-]+)$/, (id) => prompts.render(main, id), "#/prompts"],
+  [/^#\/prompts$/, () => prompts.render(main), "#/prompts"],
   [/^/, () => playground.render(main), "#/playground"],
 ];
 

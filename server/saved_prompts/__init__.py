@@ -1,0 +1,1 @@
+"""Reusable prompts: a project's prompts, versioned, rendered into the requests that name them."""
