@@ -287,6 +287,28 @@ def test_previous_response_id_on_the_harmony_path(tmp_path: Path) -> None:
     assert "<|start|>functions.get_weather" in prompt and "sunny 1" in prompt
 
 
+def test_a_reusable_prompt_on_the_harmony_path(tmp_path: Path) -> None:
+    """A prompt's instructions go into harmony's developer message, its items before the request's input."""
+    import httpx
+
+    from tests.stores import sqlite_records
+
+    engine = ScriptedEngine(tokenizer=None, scripts=[steps_from_tokens(REASONING_THEN_FINAL, cuts=[4])],
+                            max_model_len=131072)
+    context = ServingContext(config=ServerConfig(served_model_name=MODEL, harmony=True),
+                             engine_factory=lambda: engine, records=sqlite_records(tmp_path / "r.db"))
+    with serve_in_thread(create_app(context)) as base_url:
+        made = httpx.post(f"{base_url}/prompts", json={"instructions": "Speak as a sailor from {{port}}.",
+                                                        "input": "I sail from {{port}} at dawn."}).json()
+        response = Harness(engine, base_url).client.responses.create(
+            model=MODEL, prompt={"id": made["id"], "variables": {"port": "Lisbon"}}, input="Which wind?")
+    prompt = harmony_encoding().decode(engine.requests[-1].prompt_token_ids)
+    developer = prompt[prompt.index("<|start|>developer"):]
+    assert "Speak as a sailor from Lisbon." in developer[:developer.index("<|end|>")]
+    assert prompt.index("I sail from Lisbon at dawn.") < prompt.index("Which wind?")
+    assert response.prompt is not None and response.prompt.version == "1"
+
+
 STRICT_WEATHER = {**TOOLS[0], "strict": True, "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": False}}
 CITY_FORMAT = {"format": {"type": "json_schema", "name": "city", "strict": True, "schema": {
