@@ -44,7 +44,10 @@ def run_api_process(listen_address: str, sock: socket.socket, args: argparse.Nam
     from server.launch import engine_factory, serve_api_process
 
     index = client_config["client_index"]
-    logging.basicConfig(level=logging.INFO, format=f"%(levelname)s [api {index}] %(name)s: %(message)s")
+    from server import logs
+
+    logs.configure(args.log_format)
+    logging.getLogger().handlers[0].addFilter(_NamedProcess(index))
     def connected() -> Any:
         """This process's client of the shared engine core, recording what it generates when asked to."""
         engine = vllm_engine.VllmEngine.connect(args, client_config)
@@ -91,3 +94,16 @@ def _stop_on_signals() -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+
+
+class _NamedProcess:
+    """Names the API process a line comes from (`[api N]` before the message) when several share the port."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def filter(self, record: Any) -> bool:
+        if not getattr(record, "_api_named", False):
+            record.msg = f"[api {self.index}] {record.msg}"
+            record._api_named = True
+        return True

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from server import logs
 from server.attachments.media import MAX_REQUEST_PIXELS
 from server.attachments.work_pool import WorkLimits
 from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS, BUNDLED_SAMPLING_DEFAULTS
@@ -202,6 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="N API server processes on one port in front of one engine core, as `vllm serve "
                         "--api-server-count` (default 1); they share the store, so use sqlite or postgresql")
     server.add_argument("--uvicorn-log-level", default="info", help="uvicorn log level")
+    server.add_argument("--log-format", choices=["text", "json"], default="text",
+                        help="log lines as text or as JSON objects; either way each line written while a response is "
+                             "served names its trace and span ids, response id and project. Traces: set "
+                             "OTEL_EXPORTER_OTLP_ENDPOINT (or --otlp-traces-endpoint, which traces the engine too)")
     vllm_engine.add_engine_arguments(parser)
     # vLLM's own --shutdown-timeout (0 = abort) also bounds how long running responses may finish on SIGTERM
     # before they end as response.failed; streams deserve a little time by default.
@@ -227,10 +232,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         from server.saved_prompts.commands import main as prompts
 
         sys.exit(prompts(argv[1:], data_dir() / "responses.db", open_prompt_records))
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to an engine worker or MCP server
     parser = build_parser()
     args = parser.parse_args(argv)
+    logs.configure(args.log_format)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to an engine worker or MCP server
     try:
         app, context = build_app(args)  # with several API processes, in the parent only to check every flag
     except ValueError as exc:

@@ -19,6 +19,7 @@ from server.http.auth import api_keys
 from server.paths.chat_template import check_tool_call_parser
 from server.replicas.registry import ReplicaRegistry
 from server.records import MIGRATIONS, open_records
+from server import tracing
 from server.tenancy.projects_file import ProjectsFile, read_projects_file
 from server.responses.records import RetentionPolicy
 from server.tools.mcp_servers import McpSettings
@@ -93,8 +94,11 @@ def serve_api_process(args: argparse.Namespace, engine: Any, process: int, sock:
 def serve(app: Any, context: Any, args: argparse.Namespace, sock: socket.socket | None = None) -> None:
     from server.http.graceful import serve
 
-    serve(app, context.admission, args.host, args.port, args.uvicorn_log_level, args.shutdown_timeout,
-          max_frame_bytes=args.max_body_bytes, sock=sock)
+    try:
+        serve(app, context.admission, args.host, args.port, args.uvicorn_log_level, args.shutdown_timeout,
+              max_frame_bytes=args.max_body_bytes, sock=sock)
+    finally:
+        tracing.shutdown()  # the last spans, sent
 
 
 def _hosts(value: str) -> tuple[str, ...]:
@@ -196,6 +200,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
 
     check_reasoning_parser(args.reasoning_parser or None)
     check_tool_call_parser(args.tool_call_parser)
+    tracing.configure(getattr(args, "otlp_traces_endpoint", None))
     if args.api_server_count < 1:
         raise ValueError("--api-server-count must be 1 or more")
     starts = fleet_starts(args) if args.fleet is not None else ()

@@ -160,6 +160,11 @@ class ResponseBuilder:
         return self._template.id
 
     @property
+    def model(self) -> str:
+        """The model the response names."""
+        return self._template.model
+
+    @property
     def finished(self) -> bool:
         return self._state.terminal is not None
 

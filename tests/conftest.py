@@ -126,6 +126,19 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return request.getfixturevalue("postgres").new_database()
 
 
+@pytest.fixture(scope="session")
+def traces() -> Iterator[Any]:
+    """Tracing on in this process from the first test that asks, exporting over OTLP/HTTP (the server's own
+    configuration, from its flag) to a receiver that decodes what it gets; the last spans sent at the session's end."""
+    from server import tracing
+    from tests.otlp import receiving
+
+    with receiving() as receiver:
+        assert tracing.configure(receiver.url), "tracing is on"
+        yield receiver
+        tracing.shutdown()
+
+
 SERVER_LOG_LINES = 80  # of each server's log, shown under a failed test that used it
 
 

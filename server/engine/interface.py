@@ -54,6 +54,8 @@ class EngineRequest:
     cache_salt: str | None = None
     priority: int = 0  # vLLM's priority scheduling (lower runs first), where the engine runs with it
     affinity: str | None = None  # what keeps a conversation's turns on one worker of a fleet (its prefix is there)
+    # The W3C trace context of the span this request runs under (`traceparent`): the engine's own span joins it
+    trace_headers: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -169,7 +169,8 @@ class RemoteEngine:
         worker.running += 1
         try:
             body = generate_body(request, self._vocab_size)
-            async with self._http().post(worker.url + GENERATE_PATH, json=body) as answer:
+            async with self._http().post(worker.url + GENERATE_PATH, json=body,
+                                         headers=request.trace_headers) as answer:
                 if answer.status != 200:
                     raise WorkerError(f"worker {worker.url} answered {answer.status}: "
                                       f"{(await answer.read())[:500].decode(errors='replace')}")

@@ -132,7 +132,9 @@ class VllmEngine:
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         params = _sampling_params(request, self.vocab_size)
         first = True
-        async for output in self._llm.generate(_prompt(request), params, request.request_id, priority=request.priority):
+        traced = request.trace_headers if self._llm.observability_config.otlp_traces_endpoint else None  # (vLLM's
+        async for output in self._llm.generate(_prompt(request), params, request.request_id,  # own spans, when its
+                                               priority=request.priority, trace_headers=traced):  # flag turns them on)
             completion = output.outputs[0]
             finish = completion.finish_reason
             yield EngineStep(

@@ -12,9 +12,11 @@ from typing import Callable
 
 import httpx
 from fastapi import Request
+from opentelemetry.trace import SpanKind
 from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from server import tracing
 from server.http.context import caller
 from server.http.disconnect import client_gone, while_connected
 from server.metrics import FORWARDING
@@ -85,15 +87,21 @@ class Forwarder:
         assert home.url is not None
         headers = {name: value for name, value in request.headers.items() if name not in _NOT_SENT}
         headers[HOP_HEADER] = self.registry.replica_id
-        sent = self._client.build_request(request.method, home.url.rstrip("/") + request.url.path,
-                                          params=request.query_params, headers=headers, content=await request.body())
-        try:
-            upstream = await self._client.send(sent, stream=True)
-        except httpx.HTTPError as exc:  # no connection, or it broke before the answer began: nothing was sent back
-            logger.warning("home replica %s did not take a request (%s: %s); serving it here", home.replica,
-                           type(exc).__name__, exc)
-            FORWARDING.labels(home.key, "unreachable").inc()
-            return None
+        with tracing.span("forward", SpanKind.CLIENT, {"responses_server.replica": home.replica,
+                                                       "responses_server.forward.key": home.key}) as span:
+            tracing.inject(headers)  # the home's server span is this one's child: one trace across replicas
+            sent = self._client.build_request(request.method, home.url.rstrip("/") + request.url.path,
+                                              params=request.query_params, headers=headers,
+                                              content=await request.body())
+            try:
+                upstream = await self._client.send(sent, stream=True)
+            except httpx.HTTPError as exc:  # no connection, or it broke before the answer began: nothing came back
+                logger.warning("home replica %s did not take a request (%s: %s); serving it here", home.replica,
+                               type(exc).__name__, exc)
+                FORWARDING.labels(home.key, "unreachable").inc()
+                tracing.failed(span, "the home replica was unreachable")
+                return None
+            tracing.set_attributes(span, {"http.response.status_code": upstream.status_code})
         if upstream.status_code in _FALLBACKS:
             await upstream.aclose()
             FORWARDING.labels(home.key, _FALLBACKS[upstream.status_code]).inc()

@@ -10,6 +10,9 @@ from prometheus_client import make_asgi_app
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from opentelemetry.trace import SpanKind
+
+from server import tracing
 from server.metrics import HTTP_REQUESTS, metrics_registry
 
 
@@ -37,6 +40,43 @@ class RequestMetrics:
         finally:
             route = scope.get("route")
             HTTP_REQUESTS.labels(scope["method"], getattr(route, "path", "unmatched"), str(status)).inc()
+
+
+class RequestSpans:
+    """One server span for each API request (a response's trace, when tracing is on): its parent the caller's
+    `traceparent`, named by its route once matched, its status the answer's."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        method = scope["method"]
+        status = 500
+
+        async def observing_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        with tracing.span(method, SpanKind.SERVER, {"http.request.method": method, "url.path": scope["path"]},
+                          parent=tracing.extract(request_headers(scope))) as current:
+            try:
+                await self.app(scope, receive, observing_send)
+            finally:
+                route = getattr(scope.get("route"), "path", None)
+                current.update_name(f"{method} {route}" if route else method)
+                tracing.set_attributes(current, {"http.route": route, "http.response.status_code": status})
+                if status >= 500:
+                    tracing.failed(current, f"answered {status}")
+
+
+def request_headers(scope: Scope) -> dict[str, str]:
+    """A request's headers by lowercase name (the last of a repeated one)."""
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", ())}
 
 
 class RequestIds:
@@ -87,6 +127,7 @@ def install(app: FastAPI, process: int | None) -> None:
     metrics.path_regex = re.compile("^/metrics(?P<path>.*)$")  # `/metrics` itself, without a redirect to `/metrics/`
     app.router.routes.append(metrics)
     app.add_middleware(RequestMetrics)
+    app.add_middleware(RequestSpans)
     app.add_middleware(RequestIds)
     if process is not None:
         app.add_middleware(ProcessHeader, process=process)

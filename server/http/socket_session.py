@@ -9,8 +9,10 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable
 
+from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
+from server import tracing
 from server.http import steering
 from server.http.bodies import parsed_object
 from server.http.errors import APIError, api_error_of, from_validation_error, unexpected
@@ -74,6 +76,7 @@ class SocketSession:
     context: ServingContext
     send: Send
     caller: Caller  # whose key opened the connection: its responses and their history are its project's
+    traced: Any = None  # the trace context the handshake named (`traceparent`): each response's trace's parent
     responses: ConnectionResponses = field(default_factory=ConnectionResponses)  # made on it, by id (some kept)
     lanes: dict[str | None, Lane] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -138,11 +141,14 @@ class SocketSession:
         task.add_done_callback(self._tasks.discard)
 
     async def _turn(self, lane: Lane, event: dict[str, Any]) -> None:
-        """Prepare and stream one response when its turn on the lane comes."""
+        """Prepare and stream one response when its turn on the lane comes: one trace (a server span), as an HTTP
+        request's."""
         async with lane.turn:
             lane.waiting -= 1
             try:
-                await self._run(lane, event)
+                with tracing.span("response.create", SpanKind.SERVER, {"network.protocol.name": "websocket"},
+                                  parent=self.traced):
+                    await self._run(lane, event)
             except Exception as exc:  # the connection is gone: the run was closed (its engine request aborted)
                 logger.info("a WebSocket response ended early: %s", exc or type(exc).__name__)
             if lane.idle and self.lanes.get(lane.stream_id) is lane:

@@ -11,6 +11,7 @@ from fastapi import APIRouter, WebSocket
 from starlette.types import Message
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
+from server import tracing
 from server.http.auth import browser_subprotocol
 from server.http.context import caller
 from server.http.errors import APIError
@@ -81,7 +82,7 @@ class _Writer:
 async def _serve(websocket: WebSocket, context: ServingContext, closing: asyncio.Event) -> None:
     """Read client events until the client goes, the server shuts down or the connection's time is up."""
     writer = _Writer(websocket, context.config.send_timeout_seconds)
-    session = SocketSession(context, writer.send, caller(websocket))
+    session = SocketSession(context, writer.send, caller(websocket), traced=tracing.extract(dict(websocket.headers)))
     deadline = asyncio.get_running_loop().time() + context.config.websocket_max_seconds
     try:
         while (message := await _next_message(websocket, (closing, writer.stalled), deadline)) is not None:

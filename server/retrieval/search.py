@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
+from server import tracing
 from server.errors import NotFound, RequestError
 from server.retrieval.embeddings import Embeddings
 from server.retrieval.filters import Filter
@@ -129,11 +130,16 @@ class Searcher:
         vector_lists, keyword_lists = [], []
         for text in texts:
             if rank.embedding_weight > 0:
-                vector = await self.embeddings.query_vector(text)
-                vector_lists.append(await self.index.vector_search(project, store_ids, vector, where, CANDIDATES))
+                with tracing.span("embeddings", attributes={"gen_ai.operation.name": "embeddings",
+                                                            "gen_ai.request.model": self.embeddings.model.name}):
+                    vector = await self.embeddings.query_vector(text)
+                with tracing.span("vector_search", attributes={"responses_server.vector_stores": len(store_ids)}):
+                    vector_lists.append(await self.index.vector_search(project, store_ids, vector, where,
+                                                                       CANDIDATES))
             if rank.text_weight > 0:
-                keyword_lists.append(await self.index.keyword_search(project, store_ids, words(text), where,
-                                                                     CANDIDATES))
+                with tracing.span("keyword_search", attributes={"responses_server.vector_stores": len(store_ids)}):
+                    keyword_lists.append(await self.index.keyword_search(project, store_ids, words(text), where,
+                                                                         CANDIDATES))
         if rank.text_weight == 0:
             scored = nearest(vector_lists)
         else:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Awaitable, Callable, Protocol, TypeVar
 
 from openai.types.responses import Response, ResponseOutputItem, ResponseStreamEvent
+from opentelemetry.trace import SpanKind
 
 from parsers.base import OutputParser
 from parsers.decoder import IncrementalDecoder
@@ -17,6 +18,7 @@ from server.constraints.closing import GrammarClosing
 from server.engine.interface import Engine, EngineRequest, EngineStep, EngineUnavailable, StepLogprob
 from server.errors import GenerationFailed, RequestError
 from server.runs.admission import Slot
+from server import tracing
 from server.tenancy.limiter import Ticket
 from streaming.builder import ResponseBuilder
 from streaming.items import ListedTools, ToolResult
@@ -334,13 +336,46 @@ class ResponseRun:
         self.token_text, self.max_tool_calls, self.closing = run.token_text, run.max_tool_calls, run.closing
 
     async def _generation(self) -> AsyncIterator[ResponseStreamEvent]:
-        """One engine request, its steps parsed into the builder; `_pass_end` says how it ended."""
+        """One engine request, its steps parsed into the builder; `_pass_end` says how it ended. It is traced as one
+        inference round, whose context the engine's own span joins."""
+        inference = self._inference_span()
+        try:
+            async for event in self._generation_steps(inference):
+                yield event
+        finally:
+            self._end_inference(inference)
+
+    def _inference_span(self) -> Any:
+        inference = tracing.start(f"chat {self.builder.model}", SpanKind.CLIENT, {
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": "vllm",
+            "gen_ai.request.model": self.builder.model, "gen_ai.response.id": self.builder.response_id,
+            "gen_ai.request.max_tokens": self.request.sampling.max_tokens,
+            "gen_ai.usage.input_tokens": len(self.request.prompt_token_ids)})
+        self.request = replace(self.request, trace_headers=tracing.headers_of(inference))
+        return inference
+
+    def _end_inference(self, inference: Any) -> None:
+        ended = self._pass_end
+        tracing.set_attributes(inference, {
+            "gen_ai.usage.input_tokens": self.prompt_tokens or len(self.request.prompt_token_ids),
+            "gen_ai.usage.output_tokens": self.output_tokens,
+            "gen_ai.usage.cache_read.input_tokens": self.cached_tokens,
+            "gen_ai.response.finish_reasons": [ended.reason] if ended is not None else None})
+        if ended is None or ended.reason == "error":
+            tracing.failed(inference, ended.error_message if ended is not None else "interrupted")
+        inference.end()
+
+    async def _generation_steps(self, inference: Any) -> AsyncIterator[ResponseStreamEvent]:
         finished: Finished | None = None
         cut_short = False  # stopped by stop() or steer() before the model finished
         closed = False  # the server ended the open custom call by its grammar (self.closing)
+        first = True
         try:
             async with aclosing(self.engine.generate(self.request)) as steps:
                 while (step := await self._next_step(steps)) is not None:
+                    if first:  # its time to first token
+                        inference.add_event("gen_ai.first_token", {"gen_ai.usage.output_tokens": len(step.token_ids)})
+                        first = False
                     self.output_tokens += len(step.token_ids)
                     self.cached_tokens = max(self.cached_tokens, step.cached_tokens)
                     self.prompt_tokens = step.prompt_tokens or self.prompt_tokens
@@ -415,6 +450,8 @@ class ResponseRun:
         )
 
     def _finish(self, finished: Finished) -> list[ResponseStreamEvent]:
+        if finished.reason == "error":  # one line that says why (the lines before it may say more)
+            logger.warning("response %s failed: %s", self.builder.response_id, finished.error_message)
         return self.builder.finish(replace(finished, usage=self._used()))
 
     def _parse(self, step: EngineStep) -> list[Any]:

@@ -40,6 +40,9 @@ from server.tenancy.limiter import Ticket
 from server.history.truncation import check_expanded_fits, fewest_items
 from server.prompts.known import PromptKeys
 from server.saved_prompts.use import with_saved_prompt
+from server import tracing
+from server.logs import name_request
+from server.runs.admission import Slot
 from server.runs.rendering import remember_prompt, rendered_prompt
 from streaming.builder import ResponseBuilder
 from streaming.items import ListedTools, ToolResult
@@ -82,8 +85,10 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
     if body.background and store is None:
         raise RequestError("Background responses must be stored (store: true, and a server with a store).",
                            param="background")
-    conversation, history_start = await conversation_of(context, body, project, earlier)
-    conversation, body = await with_saved_prompt(conversation, body, context.project_prompts(project))
+    with tracing.span("history", attributes={"responses_server.project": project}) as history:
+        conversation, history_start = await conversation_of(context, body, project, earlier)
+        conversation, body = await with_saved_prompt(conversation, body, context.project_prompts(project))
+        tracing.set_attributes(history, {"responses_server.history.items": len(conversation.input_items())})
     hosted = await hosted_tools(conversation, body, context.config.mcp, await _file_search(context, body, project))
     unavailable = hosted.unavailable
     if unavailable is not None and not (body.stream or body.background or earlier is not None):
@@ -93,6 +98,9 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
     keys = prompt_keys(body, project, continuable=store is not None or earlier is not None)
     placed = _placement(context, body, caller, history_start)
     run, overflowed = await _first_run(context, conversation, body, fetched, hosted, compacting, keys, placed)
+    tracing.annotate({"gen_ai.response.id": run.response_id, "gen_ai.request.model": run.builder.model,
+                      "responses_server.project": project})
+    name_request(run.response_id, project)
     placed = Placement(placed.cache_salt, placed.priority, run.request.affinity)  # every pass where the first ran
     loop = HostedLoop(context, hosted, conversation, body, fetched, keys, placed) if hosted.runs_tools else None
     run.hosted = loop
@@ -107,7 +115,7 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
     keep_items = store is not None or link is not None or earlier is not None
     input_items = stored_input_items(body, context.ids) if keep_items else []
     # last: a request refused for any other reason takes no place (nor waits for one)
-    run.slot = await context.admission.admit_within(context.config.admission_wait_seconds)
+    run.slot = await admitted(context)
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
     mode = "background" if body.background else "stream" if body.stream else "json"
     mode = "websocket" if earlier is not None else mode
@@ -116,6 +124,12 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
                      background=body.background, conversation=link, mode=mode, obfuscate=obfuscate,
                      tools_not_offered=hosted.not_offered, retry_later=context.pending_saves.add,
                      kept_in=earlier, replica=context.replicas.replica_id if context.replicas else None)
+
+
+async def admitted(context: ServingContext) -> Slot:
+    """A place under the concurrency limit, waited for (traced: its wait is the admission's)."""
+    with tracing.span("admission"):
+        return await context.admission.admit_within(context.config.admission_wait_seconds)
 
 
 def _placement(context: ServingContext, body: ResponsesRequest, caller: Caller,
@@ -202,7 +216,7 @@ async def prepare_compaction(context: ServingContext, body: ResponsesRequest, ca
         run = await prepare_run(context, summarizing, summarizing,
                                 await images_fetched(context, summarizing, summarizing),
                                 placed=_placement(context, body, caller, history_start))
-        run.slot = await context.admission.admit_within(context.config.admission_wait_seconds)
+        run.slot = await admitted(context)
         run.ticket = ticket
         return CompactionRun(StoredRun(run, None, keep_event_log=False), conversation, context)
 
@@ -234,24 +248,33 @@ def _compacting(context: ServingContext, conversation: ResponsesRequest, body: R
     hosted calls, through `loop`)."""
 
     async def compact() -> Continuation:
-        summarizing = summary_request(conversation)
-        summary = await prepare_run(context, summarizing, summarizing, fetched, placed=placed)
-        async for _ in summary.events():
-            pass
-        result = CompactionRun.from_summary(summary.response(), conversation, context)
-        made = result["output"][0]
-        item = ResponseCompactionItem.model_validate(made)  # the output item; as input, it opens into the context
-        compacted = open_sealed_items(conversation.model_copy(update={"input": [CompactionItem.model_validate(made)]}),
-                                      context.sealer)
-        await read_files(compacted, body, context.file_texts,  # the files it keeps were read: their texts are kept
-                         _file_loader(context, keys.project))
-        if loop is not None:
-            loop.conversation = compacted
-        return Continuation(item, await prepare_run(context, compacted, body, fetched, hosted, keys=keys,
-                                                    placed=placed),
-                            _usage(summary.response()))
+        with tracing.span("compaction", attributes={"responses_server.compaction.items":
+                                                    len(conversation.input_items())}):
+            return await _compacted(context, conversation, body, fetched, hosted, loop, keys, placed)
 
     return compact
+
+
+async def _compacted(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
+                     fetched: Mapping[str, bytes], hosted: HostedTools, loop: HostedLoop | None,
+                     keys: PromptKeys, placed: Placement) -> Continuation:
+    """The automatic compaction: the summary's pass, then the answer's run prepared from the compaction item."""
+    summarizing = summary_request(conversation)
+    summary = await prepare_run(context, summarizing, summarizing, fetched, placed=placed)
+    async for _ in summary.events():
+        pass
+    result = CompactionRun.from_summary(summary.response(), conversation, context)
+    made = result["output"][0]
+    item = ResponseCompactionItem.model_validate(made)  # the output item; as input, it opens into the context
+    compacted = open_sealed_items(conversation.model_copy(update={"input": [CompactionItem.model_validate(made)]}),
+                                  context.sealer)
+    await read_files(compacted, body, context.file_texts,  # the files it keeps were read: their texts are kept
+                     _file_loader(context, keys.project))
+    if loop is not None:
+        loop.conversation = compacted
+    return Continuation(item, await prepare_run(context, compacted, body, fetched, hosted, keys=keys,
+                                                placed=placed),
+                        _usage(summary.response()))
 
 
 def _usage(response: Response) -> Usage:

@@ -10,6 +10,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Protocol, Sequence, TypeVar
 
+from opentelemetry.trace import SpanKind
+
+from server import tracing
 from server.metrics import STORE_SECONDS
 
 T = TypeVar("T")
@@ -103,3 +106,9 @@ class Outage:
 def timed(dialect: Dialect, operation: str) -> Any:
     """The store latency histogram's timer for one operation."""
     return STORE_SECONDS.labels(dialect.name, operation).time()
+
+
+def traced(dialect: Dialect, operation: str) -> Any:
+    """A span around one operation (a unit of work: one transaction)."""
+    return tracing.span(f"store {operation}", SpanKind.CLIENT, {"db.system.name": dialect.name,
+                                                                 "db.operation.name": operation})

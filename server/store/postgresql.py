@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from server.store.database import Dialect, Outage, StoreRejected, timed
+from server.store.database import Dialect, Outage, StoreRejected, timed, traced
 from server.store.migrations import Migrations
 
 T = TypeVar("T")
@@ -62,7 +62,7 @@ class PostgresDatabase:
         self._outage = Outage(_redacted(url))
 
     async def run(self, operation: str, work: Callable[[PostgresSession], T]) -> T:
-        with timed(POSTGRESQL, operation):
+        with timed(POSTGRESQL, operation), traced(POSTGRESQL, operation):
             try:
                 result = await asyncio.get_running_loop().run_in_executor(self._executor, self._in_thread, work)
             except (psycopg.DataError, psycopg.errors.CardinalityViolation) as exc:

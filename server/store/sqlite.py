@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
-from server.store.database import Dialect, Outage, timed
+from server.store.database import Dialect, Outage, timed, traced
 from server.store.migrations import Migrations
 
 T = TypeVar("T")
@@ -47,7 +47,7 @@ class SqliteDatabase:
         self._closed = False
 
     async def run(self, operation: str, work: Callable[[SqliteSession], T]) -> T:
-        with timed(SQLITE, operation):
+        with timed(SQLITE, operation), traced(SQLITE, operation):
             try:
                 result = await asyncio.get_running_loop().run_in_executor(self._executor, self._in_thread, work)
             except (sqlite3.Error, OSError) as exc:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from server import tracing
 from server.errors import RequestError
 from server.metrics import MCP_CALL_SECONDS, MCP_CALLS
 from server.requests import (
@@ -58,15 +59,23 @@ class HostedTools:
         """The server's result for one call (an error result when it fails: the model reads it and goes on): of
         an MCP server's tool, of the browser's (`browser`, `search`), or python (no label, `python`). What the
         model reads of it is kept by the call's item id, for the passes after it."""
-        if label in self.servers:
-            result = await self._measured(self.servers[label], label, name, arguments)
-        elif not label and name == FILE_SEARCH and self.file_search is not None:
-            result = await self.file_search.call(arguments)
-        else:  # a built-in tool, on the operator's tool server
-            server = McpServer(label or name, self.settings.tool_servers[label or name])
-            if not label:
-                name, arguments = PYTHON, json.dumps({"code": python_code(arguments)})
-            result = await self._measured(server, label or name, name, arguments)
+        kind = "mcp" if label in self.servers else FILE_SEARCH if not label and name == FILE_SEARCH \
+            else "code_interpreter" if not label else "web_search"
+        with tracing.span(f"execute_tool {name}", attributes={
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.type": kind,
+                "gen_ai.tool.call.id": item_id, "responses_server.mcp.server_label": label or None}) as span:
+            if label in self.servers:
+                result = await self._measured(self.servers[label], label, name, arguments)
+            elif kind == FILE_SEARCH and self.file_search is not None:
+                result = await self.file_search.call(arguments)
+            else:  # a built-in tool, on the operator's tool server
+                server = McpServer(label or name, self.settings.tool_servers[label or name])
+                if not label:
+                    name, arguments = PYTHON, json.dumps({"code": python_code(arguments)})
+                result = await self._measured(server, label or name, name, arguments)
+            if result.error is not None:  # its type and code: the message may repeat the arguments
+                tracing.failed(span, " ".join(str(result.error.get(key)) for key in ("type", "code")
+                                              if result.error.get(key) is not None))
         self.results[item_id] = result_text(result)
         return result
 
@@ -124,10 +133,13 @@ async def hosted_tools(conversation: ResponsesRequest, body: ResponsesRequest, s
 
 
 async def _listing(server: McpServer, settings: McpSettings) -> ListedTools:
-    try:
-        tools = await list_tools(server, settings)
-    except McpUnavailable as exc:
-        return ListedTools(server.label, error=f"Error retrieving tool list from MCP server: '{server.label}'. {exc}")
+    with tracing.span("mcp list_tools", attributes={"responses_server.mcp.server_label": server.label}) as span:
+        try:
+            tools = await list_tools(server, settings)
+        except McpUnavailable as exc:
+            tracing.failed(span, "the server could not be listed")
+            return ListedTools(server.label,
+                               error=f"Error retrieving tool list from MCP server: '{server.label}'. {exc}")
     return ListedTools(server.label, tuple(tool for tool in tools if server.shows(tool)))
 
 

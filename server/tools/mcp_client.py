@@ -14,6 +14,7 @@ import logging
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from server import tracing
 from server.tools.mcp_servers import McpServer, McpSettings
 from streaming.items import ToolResult
 
@@ -75,11 +76,12 @@ def _client(server: McpServer, settings: McpSettings) -> AbstractAsyncContextMan
     from mcp.client.streamable_http import streamable_http_client
 
     timeout = httpx2.Timeout(settings.connect_seconds, read=settings.call_seconds)
+    headers = tracing.inject(dict(server.headers))  # the call joins the caller's trace (`traceparent`)
     if server.url.rstrip("/").endswith("/sse"):
-        transport: Any = sse_client(server.url, headers=dict(server.headers), timeout=settings.connect_seconds,
+        transport: Any = sse_client(server.url, headers=headers, timeout=settings.connect_seconds,
                                     sse_read_timeout=settings.call_seconds)
     else:
-        http = httpx2.AsyncClient(headers=dict(server.headers), timeout=timeout, follow_redirects=False)
+        http = httpx2.AsyncClient(headers=headers, timeout=timeout, follow_redirects=False)
         transport = streamable_http_client(server.url, http_client=http)
     return Client(transport, read_timeout_seconds=settings.call_seconds)
 

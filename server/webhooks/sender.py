@@ -10,7 +10,9 @@ import time
 from dataclasses import dataclass, field
 
 import httpx
+from opentelemetry.trace import SpanKind
 
+from server import tracing
 from server.metrics import WEBHOOK_DELIVERIES
 from server.store.database import StoreUnavailable
 from server.webhooks.outbox import WebhookDelivery, WebhookOutbox
@@ -78,11 +80,16 @@ class WebhookSender:
         body = event_body(delivery)
         headers = {"content-type": "application/json", "user-agent": "responses-server",
                    **self.settings.secret.headers(delivery.id, int(time.time()), body)}
-        try:
-            answer = await self._client.post(self.settings.url, content=body, headers=headers)
-            outcome = None if 200 <= answer.status_code < 300 else f"HTTP {answer.status_code}"
-        except httpx.HTTPError as exc:
-            outcome = type(exc).__name__
+        with tracing.span("webhook deliver", SpanKind.CLIENT, {
+                "responses_server.webhook.event": delivery.type, "responses_server.webhook.attempt": delivery.attempts,
+                "gen_ai.response.id": delivery.response_id}) as span:
+            try:
+                answer = await self._client.post(self.settings.url, content=body, headers=tracing.inject(headers))
+                outcome = None if 200 <= answer.status_code < 300 else f"HTTP {answer.status_code}"
+            except httpx.HTTPError as exc:
+                outcome = type(exc).__name__
+            if outcome is not None:
+                tracing.failed(span, outcome)
         try:
             await self._record(delivery, outcome)
         except StoreUnavailable:  # the claim lapses, and the delivery is tried again: at least once
