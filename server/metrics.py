@@ -23,6 +23,14 @@ TIME_TO_FIRST_TOKEN = Histogram("responses_server_time_to_first_token_seconds",
 RESPONSE_DURATION = Histogram("responses_server_response_duration_seconds",
                               "From the start of a response to its terminal event", buckets=_DURATION_BUCKETS)
 OUTPUT_TOKENS = Counter("responses_server_output_tokens", "Tokens generated for responses")
+TIME_PER_OUTPUT_TOKEN = Histogram("responses_server_time_per_output_token_seconds",
+                                  "A response's time from its first output delta to its end, per later output token",
+                                  buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28))
+ADMISSION_WAIT = Histogram("responses_server_admission_wait_seconds", "How long a response waited for a place under "
+                           "--max-concurrent-requests (0 when one was free)", buckets=_LATENCY_BUCKETS)
+TOOL_CALL_SECONDS = Histogram("responses_server_tool_call_seconds", "How long the hosted tool calls the server ran "
+                              "took, by tool type (mcp, file_search, web_search, code_interpreter) and outcome",
+                              ["tool", "outcome"], buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
 WEBSOCKET_CONNECTIONS = Gauge("responses_server_websocket_connections", "WebSocket connections open now",
                               multiprocess_mode="livesum")
 WEBSOCKET_EVENTS = Counter("responses_server_websocket_events", "WebSocket events, by direction (in: client events, "

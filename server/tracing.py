@@ -124,6 +124,13 @@ def current_ids() -> tuple[str, str] | None:
     return f"{found.trace_id:032x}", f"{found.span_id:016x}"
 
 
+def exemplar() -> dict[str, str] | None:
+    """The current trace, as an exemplar of a histogram's observation (OpenMetrics: a scraper that asks for it sees
+    which trace a bucket's value came from); None when no trace is recorded."""
+    ids = current_ids()
+    return {"trace_id": ids[0]} if ids is not None else None
+
+
 def attach(context: otel_context.Context) -> object:
     """Make `context` current until `detach` (a request's context, in code that is not one `with` block)."""
     return otel_context.attach(context)

@@ -605,3 +605,22 @@ def test_any_output_after_a_search_call_at_any_budget_ends_by_the_contract_alike
             assert response.status in ("completed", "incomplete"), (cut, response.status, response.error)
             endings.append((response.status, [(item.type, item.status) for item in response.output]))
         assert endings[0] == endings[1], cut
+
+
+def test_a_file_search_call_is_traced_with_its_embedding_and_index_queries(served: Served, tokenizer: Any,
+                                                                          traces: Any) -> None:
+    """Issue 56: the call's span, and beneath it the query's embedding and the two index searches; no query,
+    document or result text in any attribute."""
+    from tests.test_tracing import assert_clean, one, parent_of, trace_of
+
+    store = served.store_of(DOCS)
+    served.play(script(tokenizer, call_text("file_search", {"queries": ["rocket thrust"]})),
+                script(tokenizer, "Rockets burn propellant [1]."))
+    response = served.client.responses.create(model=MODEL, input="What powers rockets?", tools=[_tool(store)])
+    spans = trace_of(traces, response.id)
+    call = one(spans, "execute_tool file_search")
+    assert call.attributes["gen_ai.tool.type"] == "file_search" and call.status == "unset"
+    for phase in ("embeddings", "vector_search", "keyword_search"):
+        assert parent_of(spans, one(spans, phase)) == call, phase
+    assert one(spans, "embeddings").attributes["gen_ai.request.model"]
+    assert_clean(spans, "rocket thrust", "propellant", "What powers rockets", "rockets.txt")

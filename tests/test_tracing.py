@@ -207,3 +207,57 @@ def test_tracing_on_is_configured_from_the_standard_variables(tmp_path: Path) ->
             "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "gateway-7"})
         [probe] = receiver.named("probe")
     assert probe.service == "gateway-7" and probe.attributes == {"a": 1}
+
+
+def test_every_log_line_of_a_request_names_it_and_a_failure_says_why_in_one_line(
+        served: Harness, tokenizer: Any, traces: Receiver) -> None:
+    """`--log-format json`: the lines a response's serving writes carry its trace and span ids, its response id and
+    its project; a response that failed says why in one line."""
+    import logging
+
+    from server.logs import JsonLines, RequestFields
+
+    lines: list[str] = []
+
+    class Kept(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    kept = Kept()
+    kept.setFormatter(JsonLines())
+    kept.addFilter(RequestFields())
+    logging.getLogger().addHandler(kept)
+    try:
+        served.play([*say(tokenizer, "Half")[:1], RuntimeError("the engine broke")])
+        failed = validate(served.raw_stream(input="Break, please."))
+    finally:
+        logging.getLogger().removeHandler(kept)
+    spans = trace_of(traces, failed["id"])
+    records = [json.loads(line) for line in lines]
+    about = [record for record in records if record.get("response_id") == failed["id"]]
+    assert about and all(record["project"] == "default" and record["trace_id"] == spans[0].trace_id
+                         and record["span_id"] for record in about), records
+    [why] = [record for record in about if record["message"].startswith(f"response {failed['id']} failed:")]
+    assert why["level"] == "WARNING" and failed["error"]["message"] in why["message"]
+
+
+def validate(events: list[dict[str, Any]]) -> dict[str, Any]:
+    assert events[-1]["type"] == "response.failed", events[-1]
+    return dict(events[-1]["response"])
+
+
+def test_the_metrics_a_dashboard_needs_with_exemplars_that_name_traces(served: Harness, tokenizer: Any,
+                                                                      traces: Receiver) -> None:
+    """Time per output token, admission wait and hosted calls by tool type beside the latency histograms; scraped as
+    OpenMetrics, an observation's bucket names the trace it came from."""
+    served.play(script(tokenizer, call_text("calc__add", {"a": 1, "b": 2})), script(tokenizer, "It is three, dear."))
+    response = served.post(input="1+2?", tools=[mcp_tool()]).json()
+    trace_id = trace_of(traces, response["id"])[0].trace_id
+    scraped = httpx.get(served.base_url.removesuffix("/v1") + "/metrics",
+                        headers={"Accept": "application/openmetrics-text; version=1.0.0"}).text
+    for series in ("responses_server_time_per_output_token_seconds_count", "responses_server_admission_wait_seconds_count",
+                   'responses_server_tool_call_seconds_count{outcome="output",tool="mcp"}'):
+        assert series in scraped, series
+    exemplars = [line for line in scraped.splitlines() if line.startswith("responses_server_response_duration_seconds_bucket")
+                 and f'trace_id="{trace_id}"' in line]
+    assert exemplars, "the duration histogram's bucket names the last response's trace"

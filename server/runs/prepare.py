@@ -4,6 +4,7 @@ sampling and the builder. Everything that can reject a request happens here, bef
 from __future__ import annotations
 
 import asyncio
+import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -42,6 +43,7 @@ from server.prompts.known import PromptKeys
 from server.saved_prompts.use import with_saved_prompt
 from server import tracing
 from server.logs import name_request
+from server.metrics import ADMISSION_WAIT
 from server.runs.admission import Slot
 from server.runs.rendering import remember_prompt, rendered_prompt
 from streaming.builder import ResponseBuilder
@@ -128,8 +130,11 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
 
 async def admitted(context: ServingContext) -> Slot:
     """A place under the concurrency limit, waited for (traced: its wait is the admission's)."""
+    started = time.monotonic()
     with tracing.span("admission"):
-        return await context.admission.admit_within(context.config.admission_wait_seconds)
+        slot = await context.admission.admit_within(context.config.admission_wait_seconds)
+    ADMISSION_WAIT.observe(time.monotonic() - started, tracing.exemplar())
+    return slot
 
 
 def _placement(context: ServingContext, body: ResponsesRequest, caller: Caller,

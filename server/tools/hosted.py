@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from server import tracing
 from server.errors import RequestError
-from server.metrics import MCP_CALL_SECONDS, MCP_CALLS
+from server.metrics import MCP_CALL_SECONDS, MCP_CALLS, TOOL_CALL_SECONDS
 from server.requests import (
     McpApprovalRequestItem,
     McpApprovalResponseItem,
@@ -64,6 +64,7 @@ class HostedTools:
         with tracing.span(f"execute_tool {name}", attributes={
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.type": kind,
                 "gen_ai.tool.call.id": item_id, "responses_server.mcp.server_label": label or None}) as span:
+            started = time.monotonic()
             if label in self.servers:
                 result = await self._measured(self.servers[label], label, name, arguments)
             elif kind == FILE_SEARCH and self.file_search is not None:
@@ -73,6 +74,8 @@ class HostedTools:
                 if not label:
                     name, arguments = PYTHON, json.dumps({"code": python_code(arguments)})
                 result = await self._measured(server, label or name, name, arguments)
+            TOOL_CALL_SECONDS.labels(kind, "output" if result.error is None else "error").observe(
+                time.monotonic() - started, tracing.exemplar())
             if result.error is not None:  # its type and code: the message may repeat the arguments
                 tracing.failed(span, " ".join(str(result.error.get(key)) for key in ("type", "code")
                                               if result.error.get(key) is not None))
