@@ -61,10 +61,12 @@ class Watched:
 
 
 @contextmanager
-def console_page(browser: Any, origin: str, dark: bool = False, refusals: bool = False) -> Iterator[Any]:
+def console_page(browser: Any, origin: str, dark: bool = False, refusals: bool = False,
+                 viewport: tuple[int, int] = (1366, 860)) -> Iterator[Any]:
     """A page in a context of its own (its own session storage), checked when the test is done; `refusals`: 4xx
     answers are expected."""
-    context = browser.new_context(viewport={"width": 1366, "height": 860}, color_scheme="dark" if dark else "light")
+    context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]},
+                                  color_scheme="dark" if dark else "light")
     watched = Watched(origin, refusals)
     watched.attach(context)
     page = context.new_page()

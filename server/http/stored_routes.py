@@ -110,6 +110,15 @@ async def list_input_items(request: Request, response_id: str,
     return list_page(*await store.input_items(response_id, page.after, page.limit, page.order))
 
 
+@router.get("/v1/responses/{response_id}/timeline")
+async def response_timeline(request: Request, response_id: str) -> dict[str, Any]:
+    """The response's phases as it was served (this server's extension; the console draws them): moments (`at_ms`)
+    and spans of time (`start_ms`, `end_ms`) since it was received. A response stored before timelines were kept,
+    or still running, has the phases so far, or none."""
+    record = await _stored(required_store(request), response_id)
+    return {"object": "response.timeline", "id": record.id, "status": record.status, "phases": record.timeline or []}
+
+
 def list_page(items: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
     """A page of items in the API's list shape."""
     return {"object": "list", "data": items, "has_more": has_more,

@@ -32,6 +32,7 @@ class StoredResponse:
     lease_expires_at: float | None = None  # when its owner's claim lapses unless renewed
     replica: str | None = None  # the replica that generated it: where its prefix is cached
     project: str = DEFAULT_PROJECT  # whose it is (server/tenancy): read only through that project's ProjectStore
+    timeline: list[dict[str, Any]] | None = None  # its phases as it was served (server/runs/timeline.py)
 
 
 class ResponseFilter(BaseModel):

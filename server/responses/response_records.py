@@ -23,7 +23,7 @@ from server.store.database import Database, Order, Session, marks
 # Called inside the transaction that ends a background response (its id, its status): the webhook outbox's writer.
 Ended = Callable[[Session, str, str], None]
 _COLUMNS = ("id, created_at, status, response, previous_response_id, background, owner, lease_expires_at, replica, "
-            "project")
+            "project, timeline")
 
 
 @dataclass
@@ -53,7 +53,7 @@ class ResponseRecords:
             items = [json.loads(item) for (item,) in db.execute(
                 "SELECT item FROM input_items WHERE response_id = ? ORDER BY position", (response_id,)).fetchall()]
             return StoredResponse(row[0], row[1], row[2], json.loads(row[3]), items, row[4], bool(row[5]), row[6],
-                                  row[7], row[8], row[9])
+                                  row[7], row[8], row[9], json.loads(row[10]) if row[10] else None)
 
         return await self.database.run("get", read)
 
@@ -138,9 +138,10 @@ class ResponseRecords:
         """Store how a background response ended, with the rest of its log. False: it is no longer running under
         `record.owner` (another replica failed it, or it was deleted); nothing was written."""
         def write(db: Session) -> bool:
-            updated = db.execute(f"UPDATE responses SET status = ?, response = ? WHERE id = ? AND owner = ? AND "
-                                 f"status IN {RUNNING}", (record.status, json.dumps(record.response), record.id,
-                                                          record.owner)).rowcount
+            updated = db.execute(f"UPDATE responses SET status = ?, response = ?, timeline = ? WHERE id = ? AND "
+                                 f"owner = ? AND status IN {RUNNING}", (record.status, json.dumps(record.response),
+                                                                        _timeline(record), record.id,
+                                                                        record.owner)).rowcount
             if updated:
                 _insert_events(db, record.id, events)
                 _insert_output_items(db, record)
@@ -197,13 +198,18 @@ def _insert(db: Session, record: StoredResponse, lease_seconds: float | None) ->
     """The response row and its input items; a running one owned, its lease from the database's clock."""
     db.execute(
         "INSERT INTO responses (id, created_at, status, response, previous_response_id, background, owner, "
-        f"lease_expires_at, replica, project) VALUES (?, ?, ?, ?, ?, ?, ?, {db.dialect.now} + ?, ?, ?) ON CONFLICT (id) "
-        "DO UPDATE SET status = excluded.status, response = excluded.response WHERE responses.project = excluded.project",
+        f"lease_expires_at, replica, project, timeline) VALUES (?, ?, ?, ?, ?, ?, ?, {db.dialect.now} + ?, ?, ?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET status = excluded.status, response = excluded.response, "
+        "timeline = excluded.timeline WHERE responses.project = excluded.project",
         (record.id, record.created_at, record.status, json.dumps(record.response), record.previous_response_id,
-         record.background, record.owner, lease_seconds, record.replica, record.project))
+         record.background, record.owner, lease_seconds, record.replica, record.project, _timeline(record)))
     db.executemany("INSERT INTO input_items (response_id, position, item_id, item) VALUES (?, ?, ?, ?) "
                    "ON CONFLICT DO NOTHING", item_rows(record.id, 0, record.input_items))
     _insert_output_items(db, record)
+
+
+def _timeline(record: StoredResponse) -> str | None:
+    return json.dumps(record.timeline) if record.timeline is not None else None
 
 
 def _insert_output_items(db: Session, record: StoredResponse) -> None:

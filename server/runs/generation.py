@@ -18,6 +18,7 @@ from server.constraints.closing import GrammarClosing
 from server.engine.interface import Engine, EngineRequest, EngineStep, EngineUnavailable, StepLogprob
 from server.errors import GenerationFailed, RequestError
 from server.runs.admission import Slot
+from server.runs.timeline import Timeline
 from server import tracing
 from server.tenancy.limiter import Ticket
 from streaming.builder import ResponseBuilder
@@ -110,6 +111,7 @@ class ResponseRun:
     before: Callable[[], Awaitable[Continuation]] | None = None  # a step before generation, which it continues from
     hosted: HostedPasses | None = None  # the tools the server runs between passes (MCP servers)
     closing: GrammarClosing | None = None  # ends a custom call by its grammar before the output budget cuts it
+    timeline: Timeline = field(default_factory=Timeline)  # its phases, stored with it
 
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -251,7 +253,8 @@ class ResponseRun:
         for event in self.builder.begin_compaction():
             yield event
         try:
-            continuation = await self._engine_work(self.before())  # stop() interrupts it, as a wait for the engine
+            with self.timeline.phase("compaction"):
+                continuation = await self._engine_work(self.before())  # stop() interrupts it, as an engine wait
         except Exception as exc:  # after response.created: the response ends failed, saying why
             self._outcome = Finished("error", error_message=self._compaction_failure(exc))
             return
@@ -314,8 +317,10 @@ class ResponseRun:
         """The awaited hosted call, run by the server; a cancel stops it in flight, a steer waits for it."""
         call = self.builder.awaited
         assert call is not None and self.hosted is not None
-        result = await self._engine_work(self.hosted.call(call.id, call.namespace or "", call.name,
-                                                          "".join(call.arguments)))
+        with self.timeline.phase("tool_call", tool=call.name, server=call.namespace or None) as entry:
+            result = await self._engine_work(self.hosted.call(call.id, call.namespace or "", call.name,
+                                                              "".join(call.arguments)))
+            entry["status"] = "stopped" if result is None else "failed" if result.error is not None else "completed"
         if result is None:  # stopped (shutdown) while it ran
             self._outcome = self._stopping or Finished("error", error_message=GENERATION_FAILED)
             return
@@ -339,11 +344,13 @@ class ResponseRun:
         """One engine request, its steps parsed into the builder; `_pass_end` says how it ended. It is traced as one
         inference round, whose context the engine's own span joins."""
         inference = self._inference_span()
-        try:
-            async for event in self._generation_steps(inference):
-                yield event
-        finally:
-            self._end_inference(inference)
+        with self.timeline.phase("inference", prompt_tokens=len(self.request.prompt_token_ids)) as entry:
+            try:
+                async for event in self._generation_steps(inference):
+                    yield event
+            finally:
+                self._end_inference(inference)
+                entry["output_tokens"] = self.output_tokens
 
     def _inference_span(self) -> Any:
         inference = tracing.start(f"chat {self.builder.model}", SpanKind.CLIENT, {
@@ -375,6 +382,8 @@ class ResponseRun:
                 while (step := await self._next_step(steps)) is not None:
                     if first:  # its time to first token
                         inference.add_event("gen_ai.first_token", {"gen_ai.usage.output_tokens": len(step.token_ids)})
+                        if not self.timeline.marked("first_token"):
+                            self.timeline.mark("first_token")
                         first = False
                     self.output_tokens += len(step.token_ids)
                     self.cached_tokens = max(self.cached_tokens, step.cached_tokens)
@@ -452,7 +461,9 @@ class ResponseRun:
     def _finish(self, finished: Finished) -> list[ResponseStreamEvent]:
         if finished.reason == "error":  # one line that says why (the lines before it may say more)
             logger.warning("response %s failed: %s", self.builder.response_id, finished.error_message)
-        return self.builder.finish(replace(finished, usage=self._used()))
+        events = self.builder.finish(replace(finished, usage=self._used()))
+        self.timeline.mark("ended", status=str(self.builder.response().status))
+        return events
 
     def _parse(self, step: EngineStep) -> list[Any]:
         text, token_ends = self.decoder.decode_step(step.token_ids) if self.decoder else ("", None)

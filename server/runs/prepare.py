@@ -45,6 +45,7 @@ from server import tracing
 from server.logs import name_request
 from server.metrics import ADMISSION_WAIT
 from server.runs.admission import Slot
+from server.runs.timeline import Timeline
 from server.runs.rendering import remember_prompt, rendered_prompt
 from streaming.builder import ResponseBuilder
 from streaming.items import ListedTools, ToolResult
@@ -81,6 +82,7 @@ async def _limited(context: ServingContext, caller: Caller, model: Model) -> Asy
 
 async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: Caller,
                       earlier: MutableMapping[str, StoredResponse] | None, generate: bool) -> StoredRun:
+    timeline = Timeline()  # from the request's arrival
     project = caller.project
     project_store = context.project_store(project)
     store = project_store if body.store else None
@@ -118,6 +120,8 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
     input_items = stored_input_items(body, context.ids) if keep_items else []
     # last: a request refused for any other reason takes no place (nor waits for one)
     run.slot = await admitted(context)
+    run.timeline = timeline
+    timeline.mark("prepared")
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
     mode = "background" if body.background else "stream" if body.stream else "json"
     mode = "websocket" if earlier is not None else mode

@@ -236,4 +236,5 @@ class StoredRun:
             id=response.id, created_at=response.created_at, status=str(response.status),
             response=response.model_dump(mode="json", by_alias=True, exclude_unset=True),
             input_items=self.input_items, previous_response_id=self.previous_response_id,
-            background=self.background, owner=self.owner, replica=self.replica)
+            background=self.background, owner=self.owner, replica=self.replica,
+            timeline=self.run.timeline.to_json())

@@ -105,6 +105,13 @@ def test_an_mcp_call_is_approved_from_the_page_and_runs(page: Any, server: Runni
     presets = page.locator("#pg-presets button").all_inner_texts()
     assert presets == ["Add function", "Add MCP registered", "Add web search", "Add code interpreter",
                        "Add file search"], "the server's hosted tools (its browser and python servers are set)"
+    response_id = page.locator("#pg-status a").inner_text()  # the call's response: its timeline (issue 56)
+    page.goto(f"{origin(server)}/console/#/responses/{response_id}")
+    page.wait_for_selector("#timeline tr[data-phase=tool_call]", timeout=WAIT_MS)
+    rows = page.locator("#timeline tbody tr").evaluate_all("rows => rows.map(row => row.dataset.phase)")
+    assert rows[:2] == ["received", "prepared"] and rows[-1] == "ended" and "inference" in rows, rows
+    assert "add" in page.locator("#timeline tr[data-phase=tool_call]").inner_text()
+    assert page.locator("#timeline tr[data-phase=tool_call] .bar").is_visible()
 
 
 def test_a_stored_response_opens_item_by_item_and_its_chain_is_walked(page: Any, server: RunningServer,
@@ -169,6 +176,22 @@ def test_usage_shows_this_servers_tokens_and_exports_them(page: Any, server: Run
     assert rows and all(len(row.split(",")) == len(header.split(",")) for row in rows)
     assert sum(int(row.split(",")[4]) for row in rows) >= 1
     screenshot(page, "usage", tmp_path)
+
+
+def test_the_playgrounds_answer_is_in_view_after_send_in_a_laptop_window(chrome: Any, server: RunningServer) -> None:
+    """In a 1400x860 window the Send button sits at the foot of a long form: the answer that appears after it is in
+    view, not at the top of the other column, scrolled away (issue 56, as a new user tried it)."""
+    with console_page(chrome, origin(server), viewport=(1400, 860)) as page:
+        page.goto(f"{origin(server)}/console/#/playground")
+        page.wait_for_selector("#pg-model option", state="attached")
+        page.fill("#pg-input", "Say hello.")
+        page.fill("#pg-max-tokens", "16")
+        page.locator("#pg-send").scroll_into_view_if_needed()
+        assert page.evaluate("window.scrollY") > 0, "the form is longer than the window: Send is below the fold"
+        send_and_wait(page, 1)
+        in_view = page.evaluate("""() => { const box = document.querySelector('#pg-output section.turn')
+            .getBoundingClientRect(); return box.top >= 0 && box.top < window.innerHeight; }""")
+        assert in_view, "the answer is out of view"
 
 
 def test_a_prompt_is_made_versioned_and_tried_from_the_page(page: Any, server: RunningServer, tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ export async function render(main) {
     h("div", { className: "row" }, ["curl", "Python", "Codex config"].map((kind) =>
       h("button", { type: "button", onclick: () => showSnippet(kind) }, `Copy as ${kind}`))));
   main.replaceChildren(h("h1", {}, "Playground"), h("div", { className: "grid" }, form,
-    h("section", { "aria-label": "Answer" }, status, output, snippet)));
+    h("section", { "aria-label": "Answer", className: "answer" }, status, output, snippet)));
 
   let controller = null;
   const stop = form.querySelector("#pg-stop");
@@ -97,6 +97,7 @@ export async function render(main) {
     stop.disabled = false;
     const turn = h("section", { className: "turn", "aria-label": "Turn" });
     output.append(turn);
+    turn.scrollIntoView({ block: "nearest" });  // the answer in view, however far down the form Send was
     const live = new LiveResponse(turn, approvalButtons);
     status.textContent = "Waiting for the first event…";
     try {

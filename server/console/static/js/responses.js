@@ -4,6 +4,7 @@
 import { allItems, call, events, TERMINAL } from "./api.js";
 import { errorLine, h, number, statusBadge, when } from "./dom.js";
 import { LiveResponse, renderItem, renderUsage } from "./items.js";
+import { renderTimeline } from "./timeline.js";
 
 const STATUSES = ["", "completed", "in_progress", "queued", "incomplete", "failed", "cancelled"];
 
@@ -101,6 +102,7 @@ export async function renderDetail(main, responseId, signal) {
       h("h2", {}, "Output items"), output);
     if (TERMINAL_STATUSES.has(response.status)) {
       output.append(...(response.output || []).map((item) => renderItem(item)));
+      main.append(h("h2", {}, "Timeline"), renderTimeline(await call("GET", `/v1/responses/${responseId}/timeline`)));
       return;
     }
     const live = new LiveResponse(output); // still running: follow its events, then show what it ended as
