@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs PostgreSQL's server, nginx and faketime (Debian) and creates .venv with responses-server, the CPU engine and test tools;
+# Installs PostgreSQL's server, nginx, faketime, Chromium and Prometheus (Debian) and creates .venv with responses-server, the CPU engine and test tools;
 # the pip part reruns only when pyproject.toml or this script changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +25,9 @@ command -v faketime >/dev/null 2>&1 || debian_package faketime faketime
 # Chromium, for the console's tests in a real browser, driven by Playwright (Playwright's own browser download is
 # not needed).
 command -v chromium >/dev/null 2>&1 || debian_package chromium Chromium
+# Prometheus and promtool, for the shipped alert rules (checked by promtool) and a real server scraping two replicas.
+command -v promtool >/dev/null 2>&1 || debian_package prometheus Prometheus
+service prometheus stop >/dev/null 2>&1 || true  # the package starts one on port 9090; the tests run their own
 VENV="${VENV:-.venv}"
 PY="${PYTHON:-python3}"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"

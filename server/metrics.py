@@ -42,6 +42,8 @@ CLIENT_DISCONNECTS = Counter("responses_server_client_disconnects",
                              "Responses whose client went away before the end (their engine requests were aborted)")
 STORE_SECONDS = Histogram("responses_server_store_operation_seconds", "Response store calls, by backend and operation",
                           ["backend", "operation"], buckets=_STORE_BUCKETS)
+STORE_ERRORS = Counter("responses_server_store_errors", "Store operations that failed because the database could not "
+                       "be reached or written (each a 503 or a retried save), by backend", ["backend"])
 WEBHOOK_DELIVERIES = Counter("responses_server_webhook_deliveries", "Webhook delivery attempts, by outcome "
                              "(delivered, failed_attempt: to be tried again, given_up)", ["outcome"])
 MCP_CALLS = Counter("responses_server_mcp_calls", "Calls the server made to MCP servers, by server (a registered "
@@ -53,6 +55,10 @@ FORWARDING = Counter("responses_server_forwarding", "Requests by what named thei
                      "the home is here (home_here), is not live (home_gone), took no connection (unreachable), "
                      "answered 429 (overloaded) or 503 (draining); none: served where it landed (served_here)",
                      ["key", "outcome"])
+ENGINE_WORKERS_UP = Gauge("responses_server_engine_workers_up", "A fleet model's engine workers that are up, as this "
+                          "gateway last saw them", ["model"], multiprocess_mode="max")
+ENGINE_WORKERS = Gauge("responses_server_engine_workers", "A fleet model's engine workers (its fleet file's list)",
+                       ["model"], multiprocess_mode="max")
 LIVE_REPLICAS = Gauge("responses_server_live_replicas", "Replicas taking forwarded requests (this one among them when "
                       "it advertises an address), as last read from the shared store", multiprocess_mode="max")
 PROJECT_REQUESTS = Counter("responses_server_project_requests", "Responses that ended, by project (the operator "

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from server.metrics import ENGINE_WORKERS, ENGINE_WORKERS_UP
 from server.engine.interface import EngineUnavailable
 from server.rendezvous import rendezvous
 
@@ -68,6 +69,8 @@ class WorkerSet:
 
     def __post_init__(self) -> None:
         self._by_url = {worker.url: worker for worker in self.workers}
+        ENGINE_WORKERS.labels(self.model).set(len(self.workers))
+        ENGINE_WORKERS_UP.labels(self.model).set_function(lambda: len(self.up()))  # read when scraped
 
     @classmethod
     def of(cls, model: str, urls: Iterable[str], max_waiting: int = 8) -> "WorkerSet":

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Literal, Protocol, Sequence, TypeVar
 from opentelemetry.trace import SpanKind
 
 from server import tracing
-from server.metrics import STORE_SECONDS
+from server.metrics import STORE_ERRORS, STORE_SECONDS
 
 T = TypeVar("T")
 Order = Literal["asc", "desc"]
@@ -88,9 +88,11 @@ class Outage:
     """Logs a database's failure once, and its recovery once: a store that is down does not flood the log."""
 
     name: str  # the database, as the log names it (no password)
+    backend: str  # the dialect's name, as the metrics name it
     failing: bool = False
 
     def failed(self, exc: BaseException) -> StoreUnavailable:
+        STORE_ERRORS.labels(self.backend).inc()
         if not self.failing:
             logger.error("the response store %s failed: %s: %s (logged once until it works again)", self.name,
                          type(exc).__name__, exc)

@@ -59,7 +59,7 @@ class PostgresDatabase:
         self._executor = ThreadPoolExecutor(max_workers=pool_size, thread_name_prefix="response-store")
         self._pool_open = False
         self._migrated = False
-        self._outage = Outage(_redacted(url))
+        self._outage = Outage(_redacted(url), POSTGRESQL.name)
 
     async def run(self, operation: str, work: Callable[[PostgresSession], T]) -> T:
         with timed(POSTGRESQL, operation), traced(POSTGRESQL, operation):

@@ -43,7 +43,7 @@ class SqliteDatabase:
         self.busy_timeout = busy_timeout  # how long a write waits for another writer's lock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="response-store")
         self._connection: sqlite3.Connection | None = None
-        self._outage = Outage(str(self.path))
+        self._outage = Outage(str(self.path), SQLITE.name)
         self._closed = False
 
     async def run(self, operation: str, work: Callable[[SqliteSession], T]) -> T:
