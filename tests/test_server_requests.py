@@ -164,7 +164,7 @@ REQUEST_ERRORS = [
     ("schema-less json_schema", {"input": "x", "text": {"format": {"type": "json_schema", "name": "x"}}},
      "text.format.schema"),
     ("unknown include", {"input": "x", "include": ["reasoning.plaintext"]}, "include"),
-    ("stored prompt", {"input": "x", "prompt": {"id": "pmpt_1"}}, "prompt"),
+    ("unknown stored prompt", {"input": "x", "prompt": {"id": "pmpt_1"}}, "prompt.id"),
     ("conversation not an id", {"input": "x", "conversation": 5}, "conversation"),
     ("moderation", {"input": "x", "moderation": {"model": "omni-moderation-latest"}}, "moderation"),
     ("no input", {}, "input"),

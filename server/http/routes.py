@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, AsyncIterator
 
@@ -12,7 +13,7 @@ from pydantic import ValidationError
 from starlette.types import Receive
 
 from server.codex_catalog import catalog as codex_catalog
-from server.http.bodies import json_object
+from server.http.bodies import parsed_object
 from server.http.context import caller, serving_context
 from server.http.disconnect import client_gone, while_connected
 from server.http.errors import from_validation_error
@@ -25,6 +26,7 @@ from server.runs.context import ServingContext
 from streaming.sse import encode_event, stored_frames
 
 router = APIRouter()
+OFF_LOOP_BYTES = 256 * 1024  # a body larger than this is parsed and validated in a thread
 
 @router.get("/health")
 async def health() -> dict[str, str]:
@@ -95,9 +97,17 @@ async def compact(request: Request) -> Any:
 
 
 async def _read_body(request: Request) -> ResponsesRequest:
-    raw = await json_object(request)
+    """The request, read and validated: a long history's body (an agent's whole session, sent again each turn) in a
+    thread, so that other streams' events are not held up behind it."""
+    raw = await request.body()
+    if len(raw) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(_request_of, raw)
+    return _request_of(raw)
+
+
+def _request_of(raw: bytes) -> ResponsesRequest:
     try:
-        return ResponsesRequest.model_validate(raw)
+        return ResponsesRequest.model_validate(parsed_object(raw, "request body"))
     except ValidationError as exc:
         raise from_validation_error(exc) from None
 
