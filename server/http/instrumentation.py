@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from contextlib import nullcontext
 
 from fastapi import FastAPI
 from prometheus_client import make_asgi_app
@@ -18,7 +19,9 @@ from server.metrics import HTTP_REQUESTS, metrics_registry
 
 class RequestMetrics:
     """Counts every HTTP answer by method, route template (not the raw path: ids would explode the series) and
-    status code."""
+    status code; an API request (`/v1/...`) is also one server span (a response's trace, when tracing is on), its
+    parent the caller's `traceparent`, named by its route once matched. One wrapper of `send` does both: it is called
+    for every event a stream sends."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -35,43 +38,20 @@ class RequestMetrics:
                 status = message["status"]
             await send(message)
 
-        try:
-            await self.app(scope, receive, observing_send)
-        finally:
-            route = scope.get("route")
-            HTTP_REQUESTS.labels(scope["method"], getattr(route, "path", "unmatched"), str(status)).inc()
-
-
-class RequestSpans:
-    """One server span for each API request (a response's trace, when tracing is on): its parent the caller's
-    `traceparent`, named by its route once matched, its status the answer's."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
-            await self.app(scope, receive, send)
-            return
         method = scope["method"]
-        status = 500
-
-        async def observing_send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        traced = scope["path"].startswith("/v1/")
         with tracing.span(method, SpanKind.SERVER, {"http.request.method": method, "url.path": scope["path"]},
-                          parent=tracing.extract(request_headers(scope))) as current:
+                          parent=tracing.extract(request_headers(scope))) if traced else nullcontext() as current:
             try:
                 await self.app(scope, receive, observing_send)
             finally:
                 route = getattr(scope.get("route"), "path", None)
-                current.update_name(f"{method} {route}" if route else method)
-                tracing.set_attributes(current, {"http.route": route, "http.response.status_code": status})
-                if status >= 500:
-                    tracing.failed(current, f"answered {status}")
+                HTTP_REQUESTS.labels(method, route or "unmatched", str(status)).inc()
+                if current is not None:
+                    current.update_name(f"{method} {route}" if route else method)
+                    tracing.set_attributes(current, {"http.route": route, "http.response.status_code": status})
+                    if status >= 500:
+                        tracing.failed(current, f"answered {status}")
 
 
 def request_headers(scope: Scope) -> dict[str, str]:
@@ -127,7 +107,6 @@ def install(app: FastAPI, process: int | None) -> None:
     metrics.path_regex = re.compile("^/metrics(?P<path>.*)$")  # `/metrics` itself, without a redirect to `/metrics/`
     app.router.routes.append(metrics)
     app.add_middleware(RequestMetrics)
-    app.add_middleware(RequestSpans)
     app.add_middleware(RequestIds)
     if process is not None:
         app.add_middleware(ProcessHeader, process=process)

@@ -296,8 +296,14 @@ class ResponseRun:
     async def _passes(self) -> AsyncIterator[ResponseStreamEvent]:
         """The model's passes: one, or, while it calls hosted tools, one more after each call's result."""
         while True:
-            async for event in self._generation():
-                yield event
+            inference = self._inference_span()  # one engine request: a traced round, a phase of the timeline
+            entry = self.timeline.begin("inference", prompt_tokens=len(self.request.prompt_token_ids))
+            try:
+                async for event in self._generation(inference):
+                    yield event
+            finally:
+                self._end_inference(inference)
+                self.timeline.end(entry, output_tokens=self.output_tokens)
             finished = self._pass_end
             if self.builder.awaited is None or finished is None or finished.reason != "stop":
                 self._outcome = finished
@@ -340,18 +346,6 @@ class ResponseRun:
         self.request, self.parser, self.decoder = run.request, run.parser, run.decoder
         self.token_text, self.max_tool_calls, self.closing = run.token_text, run.max_tool_calls, run.closing
 
-    async def _generation(self) -> AsyncIterator[ResponseStreamEvent]:
-        """One engine request, its steps parsed into the builder; `_pass_end` says how it ended. It is traced as one
-        inference round, whose context the engine's own span joins."""
-        inference = self._inference_span()
-        with self.timeline.phase("inference", prompt_tokens=len(self.request.prompt_token_ids)) as entry:
-            try:
-                async for event in self._generation_steps(inference):
-                    yield event
-            finally:
-                self._end_inference(inference)
-                entry["output_tokens"] = self.output_tokens
-
     def _inference_span(self) -> Any:
         inference = tracing.start(f"chat {self.builder.model}", SpanKind.CLIENT, {
             "gen_ai.operation.name": "chat", "gen_ai.provider.name": "vllm",
@@ -372,7 +366,9 @@ class ResponseRun:
             tracing.failed(inference, ended.error_message if ended is not None else "interrupted")
         inference.end()
 
-    async def _generation_steps(self, inference: Any) -> AsyncIterator[ResponseStreamEvent]:
+    async def _generation(self, inference: Any) -> AsyncIterator[ResponseStreamEvent]:
+        """One engine request (traced as `inference`), its steps parsed into the builder; `_pass_end` says how it
+        ended."""
         finished: Finished | None = None
         cut_short = False  # stopped by stop() or steer() before the model finished
         closed = False  # the server ended the open custom call by its grammar (self.closing)

@@ -42,5 +42,15 @@ class Timeline:
         finally:
             entry["end_ms"] = self._ms()
 
+    def begin(self, name: str, **details: Any) -> dict[str, Any]:
+        """A span of time begun now, ended by `end` (for one that is not a `with` block: an engine request read a
+        step at a time)."""
+        entry: dict[str, Any] = {"name": name, "start_ms": self._ms(), **details}
+        self.phases.append(entry)
+        return entry
+
+    def end(self, entry: dict[str, Any], **details: Any) -> None:
+        entry.update(details, end_ms=self._ms())
+
     def to_json(self) -> list[dict[str, Any]]:
         return [dict(phase) for phase in self.phases]
