@@ -118,13 +118,16 @@ def _running_on(workers: list[VllmWorker]) -> int:
 
 
 def test_every_scenario_passes_for_both_models(fleet: Fleet) -> None:
-    for model in (SMOL, OSS):
+    """Every scenario on both models; the chat model's over SSE alone (the transports are the gateway's own code,
+    which the embedded server's check runs on every one: on the workers, what differs is the engine below)."""
+    for model, transports in ((SMOL, ["--transport", "sse"]), (OSS, [])):
         done = subprocess.run([sys.executable, "-m", "server", "check", fleet.gateway.base_url, "--model", model,
-                               "--json", "--parallel", "--seed", "7"], capture_output=True, text=True, timeout=1200)
+                               "--json", "--parallel", "--seed", "7", *transports], capture_output=True, text=True,
+                              timeout=1200)
         report = json.loads(done.stdout)
         failures = [result for result in report["results"] if not result["passed"]]
         assert not failures, (model, json.dumps(failures, indent=1))
-        assert report["passed"] >= 40 and done.returncode == 0
+        assert report["passed"] >= (40 if not transports else 14) and done.returncode == 0
 
 
 def test_every_constrained_output_closes_within_its_budget_on_the_workers(fleet: Fleet) -> None:
