@@ -122,7 +122,10 @@ def test_a_real_prometheus_scrapes_two_replicas_with_the_rules_loaded(replicas: 
 
 
 def _query(api: str, query: str) -> list[dict[str, Any]]:
-    answer = httpx.get(f"{api}/query", params={"query": query}, timeout=10)
+    try:
+        answer = httpx.get(f"{api}/query", params={"query": query}, timeout=10)
+    except httpx.TransportError:  # not listening yet
+        return []
     if answer.status_code != 200:  # starting up
         return []
     return list(answer.json()["data"]["result"])
