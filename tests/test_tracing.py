@@ -19,7 +19,6 @@ from server.config import ServerConfig
 from server.http.app import create_app
 from server.runs.context import ServingContext
 from server.tools.mcp_servers import McpSettings
-from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from tests.mcp_servers import RunningMcp, mcp  # noqa: F401  (the fixture)
 from tests.otlp import ReceivedSpan, Receiver
@@ -40,7 +39,8 @@ def served(tokenizer: Any, traces: Receiver, mcp: RunningMcp, tmp_path_factory: 
     settings = McpSettings(servers={"calc": mcp.url}, allowed_domains=("127.0.0.1",), connect_seconds=5,
                            call_seconds=10)
     config = ServerConfig(served_model_name=MODEL, tool_call_parser="hermes", mcp=settings, compact_on_overflow=True)
-    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids(), sealer=SEALER,
+    # Random ids (the default): every server of the session exports to the receiver, and counted ids repeat.
+    context = ServingContext(config=config, engine_factory=lambda: engine, sealer=SEALER,
                              records=sqlite_records(tmp_path_factory.mktemp("traced") / "responses.db"))
     with serve_in_thread(create_app(context)) as base_url:
         yield Harness(engine, base_url)
