@@ -129,12 +129,3 @@ def exemplar() -> dict[str, str] | None:
     which trace a bucket's value came from); None when no trace is recorded."""
     ids = current_ids()
     return {"trace_id": ids[0]} if ids is not None else None
-
-
-def attach(context: otel_context.Context) -> object:
-    """Make `context` current until `detach` (a request's context, in code that is not one `with` block)."""
-    return otel_context.attach(context)
-
-
-def detach(token: object) -> None:
-    otel_context.detach(token)  # type: ignore[arg-type]

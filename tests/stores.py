@@ -34,13 +34,10 @@ def records_at(url: str, retention: RetentionPolicy = RetentionPolicy(), webhook
     return records
 
 
-@dataclass
-class FaultyDatabase:
-    """A real database behind a switch: while `broken`, every unit of work fails as an unreachable store would."""
+class WrappedDatabase:
+    """A real database (`inner`) that a test double sees each unit of work of: the records over it, its dialect."""
 
     inner: Database
-    broken: bool = False
-    failures: int = 0  # units of work that failed so far
 
     @property
     def dialect(self) -> Dialect:
@@ -49,7 +46,19 @@ class FaultyDatabase:
     @cached_property
     def records(self) -> Records:
         """Every capability's records over this database."""
-        return Records.over(self)
+        return Records.over(self)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@dataclass
+class FaultyDatabase(WrappedDatabase):
+    """A real database behind a switch: while `broken`, every unit of work fails as an unreachable store would."""
+
+    inner: Database
+    broken: bool = False
+    failures: int = 0  # units of work that failed so far
 
     async def run(self, operation: str, work: Callable[[Session], T]) -> T:
         if self.broken:
@@ -57,25 +66,14 @@ class FaultyDatabase:
             raise StoreUnavailable("injected fault")
         return await self.inner.run(operation, work)
 
-    async def close(self) -> None:
-        await self.inner.close()
-
 
 @dataclass
-class CountingDatabase:
+class CountingDatabase(WrappedDatabase):
     """A real database that counts its units of work, by operation, and the conversation items they read."""
 
     inner: Database
     calls: Counter[str] = field(default_factory=Counter)
     items_read: int = 0
-
-    @property
-    def dialect(self) -> Dialect:
-        return self.inner.dialect
-
-    @cached_property
-    def records(self) -> Records:
-        return Records.over(self)
 
     async def run(self, operation: str, work: Callable[[Session], T]) -> T:
         self.calls[operation] += 1
@@ -83,9 +81,6 @@ class CountingDatabase:
         if operation == "conversation_items":
             self.items_read += len(result[0])  # type: ignore[index]
         return result
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 def faulty_sqlite(path: Path, busy_timeout: float = 5.0) -> FaultyDatabase:

@@ -35,12 +35,11 @@ class Timeline:
     @contextmanager
     def phase(self, name: str, **details: Any) -> Iterator[dict[str, Any]]:
         """A span of time (an inference round, a tool call, a compaction); its entry may gain details inside."""
-        entry: dict[str, Any] = {"name": name, "start_ms": self._ms(), **details}
-        self.phases.append(entry)
+        entry = self.begin(name, **details)
         try:
             yield entry
         finally:
-            entry["end_ms"] = self._ms()
+            self.end(entry)
 
     def begin(self, name: str, **details: Any) -> dict[str, Any]:
         """A span of time begun now, ended by `end` (for one that is not a `with` block: an engine request read a

@@ -65,7 +65,7 @@ class HostedTools:
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.type": kind,
                 "gen_ai.tool.call.id": item_id, "responses_server.mcp.server_label": label or None}) as span:
             started = time.monotonic()
-            if label in self.servers:
+            if kind == "mcp":
                 result = await self._measured(self.servers[label], label, name, arguments)
             elif kind == FILE_SEARCH and self.file_search is not None:
                 result = await self.file_search.call(arguments)
