@@ -3,6 +3,8 @@ request's project sees it (the only store routes over stored state get)."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from starlette.requests import HTTPConnection
 
 from server.http.errors import APIError
@@ -11,6 +13,9 @@ from server.tenancy.keys import Caller
 from server.retrieval.project import ProjectRetrieval
 from server.responses.project_store import ProjectStore
 from server.retrieval.project_files import ProjectFiles
+from server.saved_prompts.project_prompts import ProjectPrompts
+
+T = TypeVar("T")
 
 
 def serving_context(request: HTTPConnection) -> ServingContext:
@@ -23,21 +28,26 @@ def caller(request: HTTPConnection) -> Caller:
     return request.scope.get("state", {}).get("caller") or Caller()
 
 
-def required_files(request: HTTPConnection) -> ProjectFiles:
-    """The uploaded files as the request's project sees them; a server without a store answers 404."""
-    files = serving_context(request).project_files(caller(request).project)
-    if files is None:
+def stored(view: T | None) -> T:
+    """A project's view of stored objects; a server without a store answers the route 404."""
+    if view is None:
         raise APIError("This server stores nothing (started with --store none).", status=404)
-    return files
+    return view
+
+
+def required_files(request: HTTPConnection) -> ProjectFiles:
+    """The uploaded files as the request's project sees them."""
+    return stored(serving_context(request).project_files(caller(request).project))
 
 
 def required_store(request: HTTPConnection) -> ProjectStore:
-    """The store as the request's project sees it, for routes over stored state; a server without a store answers
-    them 404."""
-    store = serving_context(request).project_store(caller(request).project)
-    if store is None:
-        raise APIError("This server stores nothing (started with --store none).", status=404)
-    return store
+    """The store as the request's project sees it, for routes over stored state."""
+    return stored(serving_context(request).project_store(caller(request).project))
+
+
+def required_prompts(request: HTTPConnection) -> ProjectPrompts:
+    """The reusable prompts as the request's project sees them."""
+    return stored(serving_context(request).project_prompts(caller(request).project))
 
 
 def required_retrieval(request: HTTPConnection) -> ProjectRetrieval:

@@ -8,21 +8,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 
 from server.http.bodies import json_object
-from server.http.context import caller, serving_context
+from server.http.context import required_prompts
 from server.http.errors import APIError
-from server.saved_prompts.project_prompts import ProjectPrompts
 from server.saved_prompts.prompt import SavedPrompt
 from server.saved_prompts.use import checked_content
 
 router = APIRouter()
-
-
-def required_prompts(request: Request) -> ProjectPrompts:
-    """The prompts as the request's project sees them; a server without a store answers 404."""
-    prompts = serving_context(request).project_prompts(caller(request).project)
-    if prompts is None:
-        raise APIError("This server stores nothing (started with --store none).", status=404)
-    return prompts
 
 
 @router.post("/v1/prompts")
