@@ -1,20 +1,23 @@
 """The same agent workload on the embedded engine, on a gateway over two vLLM scale-out workers, and on SGLang's gateway.
 
-    .venv/bin/python bench/fleet.py [--sessions 4] [--turns 4] [--out bench/results]
+    .venv/bin/python bench/fleet.py [--sessions 4] [--turns 4] [--rounds 3] [--out bench/results]
 
-Arms, one after another in one run, the bundled model on every engine, the same CPU flags:
+Arms, all running at once and measured in turn, round after round (a quiet minute or a busy one falls on every arm
+alike), the bundled model on every engine, the same CPU flags:
 - `embedded`: `responses-server` with its engine in its process (one engine: the cache ceiling);
 - `fleet, rendezvous`: `responses-server --fleet` over two workers (`vllm ... --enable-scale-out`), each turn on the
   worker its conversation hashes to;
 - `fleet, round robin`: the same gateway with one engine URL, vllm-router (`--policy round_robin`) in front of the
   same two workers: a turn lands on either;
 - `smg`: SGLang's gateway (`smg launch --backend vllm`, PyPI `smg`) over two vLLM gRPC workers of the same model
-  (`vllm.entrypoints.launchers.grpc_server`, with `smg-grpc-servicer`), `--policy cache_aware`, its own Responses API.
+  (`vllm.entrypoints.launchers.grpc_server`, with `smg-grpc-servicer`), `--policy cache_aware`, its own Responses API;
+  its rounds come after the others' (its workers are other engines).
 Each arm runs K chained sessions (`previous_response_id`) and K stateless ones (history sent again, `prompt_cache_key`)
 at once, T turns each, each turn adding a paragraph of its own (no arm finds another's cache). Per arm: time to the
 first output delta; the gateway process's own CPU seconds (psutil: user + system, the engine processes not counted)
 per streamed output token; the cached share of turn 2+'s prompt tokens, from the engines' own prefix-cache counters
-(`vllm:prefix_cache_hits_total / queries_total`, summed over the arm's workers). Writes fleet.json and fleet.png.
+(`vllm:prefix_cache_hits_total / queries_total`, summed over the arm's workers). CPU per token is the arm's summed
+CPU over its summed tokens, and against the embedded server's in each round. Writes fleet.json and fleet.png.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +49,8 @@ from bench.servers import Server, stop_process  # noqa: E402
 CPU = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "4096", "--no-enable-chunked-prefill",
        "--max-num-batched-tokens", "4096"]
 OUTPUT_TOKENS = 16
-PORTS = {"gateway": 8811, "w1": 8812, "w2": 8813, "router": 8814, "g1": 8815, "g2": 8816}
+PORTS = {"embedded": 8811, "w1": 8812, "w2": 8813, "router": 8814, "g1": 8815, "g2": 8816, "fleet": 8818,
+         "routed": 8819, "smg": 8820}
 
 
 def paragraph(session: str, turn: int) -> str:
@@ -117,13 +123,13 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def run_arm(arm: str, url: str, model: str, gateway_pid: int, engine_ports: list[int], sessions: int,
-                  turns: int, output_tokens: int = OUTPUT_TOKENS) -> dict[str, Any]:
-    """The workload once on one arm: per turn its TTFT; the gateway's CPU per output token; the engines' cache."""
-    warm = await _warm(url, model)  # first-use costs out of the measurement
+                  turns: int, output_tokens: int = OUTPUT_TOKENS, tag: str = "") -> dict[str, Any]:
+    """The workload once on one arm (its sessions named with `tag`: no round finds another's cache): per turn its
+    TTFT; the gateway's CPU per output token; the engines' prefix-cache counts."""
     queries_before, hits_before = cache_counters(engine_ports)
     cpu_before = cpu_seconds(gateway_pid)
     async with httpx.AsyncClient(timeout=600) as client:
-        runs = [session(client, url, model, f"{arm.replace(' ', '_')}-{kind}{n}", turns, kind == "s",
+        runs = [session(client, url, model, f"{arm.replace(' ', '_')}{tag}-{kind}{n}", turns, kind == "s",
                         output_tokens)
                 for n in range(sessions) for kind in ("c", "s")]
         rows = [row for rows in await asyncio.gather(*runs) for row in rows]
@@ -131,14 +137,8 @@ async def run_arm(arm: str, url: str, model: str, gateway_pid: int, engine_ports
     queries, hits = (after - before for after, before in zip(cache_counters(engine_ports),
                                                               (queries_before, hits_before)))
     tokens = sum(row["output_tokens"] for row in rows)
-    later = [row for row in rows if row["turn"] > 1]
-    ttfts = sorted(row["ttft"] for row in later)
-    return {"arm": arm, "warm_status": warm, "turns": rows, "output_tokens": tokens,
-            "gateway_cpu_seconds": round(cpu, 3), "cpu_us_per_token": round(cpu / max(1, tokens) * 1e6, 1),
-            "cached_share": round(hits / queries, 4) if queries else None,
-            "usage_cached_share": round(sum(r["cached_tokens"] for r in later) / max(1, sum(r["input_tokens"]
-                                                                                          for r in later)), 4),
-            "ttft_p50": round(statistics.median(ttfts), 3), "ttft_p95": round(ttfts[int(0.95 * (len(ttfts) - 1))], 3),
+    return {"arm": arm, "turns": rows, "output_tokens": tokens, "gateway_cpu_seconds": round(cpu, 3),
+            "cpu_us_per_token": round(cpu / max(1, tokens) * 1e6, 1), "cache_queries": queries, "cache_hits": hits,
             "failed": sum(row["status"] not in ("completed", "incomplete") for row in rows)}
 
 
@@ -188,10 +188,68 @@ def fleet_file(path: Path, name: str, model: Path, engines: list[str]) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class Arm:
+    """One gateway measured: its URL, its process (whose CPU is counted) and its engines' metrics ports."""
+
+    name: str
+    url: str
+    pid: int
+    engine_ports: list[int]
+
+
+def measure_rounds(arms: list[Arm], model: str, rounds: int, sessions: int, turns: int,
+                   output_tokens: int) -> list[dict[str, Any]]:
+    """Each arm warmed once, then the workload on every arm in turn, `rounds` times: each round's rows."""
+    for arm in arms:
+        asyncio.run(_warm(arm.url, model))
+    rows = []
+    for number in range(rounds):
+        for arm in arms:
+            print(f"[fleet] round {number + 1}/{rounds}: {arm.name} ...", file=sys.stderr, flush=True)
+            row = asyncio.run(run_arm(arm.name, arm.url, model, arm.pid, arm.engine_ports, sessions, turns,
+                                      output_tokens, tag=f"r{number}"))
+            rows.append({"round": number + 1, **row})
+    return rows
+
+
+def summary(rows: list[dict[str, Any]], baseline: str = "embedded") -> list[dict[str, Any]]:
+    """Per arm, over its rounds: CPU per token from the summed CPU and tokens, the cached shares from the summed
+    counts, TTFT over every turn; and its CPU per token against the baseline's, in each round and over all."""
+    arms: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        arms.setdefault(row["arm"], []).append(row)
+    base = {row["round"]: row["cpu_us_per_token"] for row in arms.get(baseline, [])}
+    result = []
+    for arm, runs in arms.items():
+        tokens = sum(run["output_tokens"] for run in runs)
+        cpu = sum(run["gateway_cpu_seconds"] for run in runs)
+        later = [turn for run in runs for turn in run["turns"] if turn["turn"] > 1]
+        ttfts = sorted(turn["ttft"] for turn in later)
+        queries = sum(run["cache_queries"] for run in runs)
+        result.append({
+            "arm": arm, "rounds": len(runs), "output_tokens": tokens, "gateway_cpu_seconds": round(cpu, 3),
+            "cpu_us_per_token": round(cpu / max(1, tokens) * 1e6, 1),
+            "cpu_us_per_token_by_round": [run["cpu_us_per_token"] for run in runs],
+            "ratio_to_embedded_by_round": [round(run["cpu_us_per_token"] / base[run["round"]], 3)
+                                           for run in runs if base.get(run["round"])],
+            "cached_share": round(sum(run["cache_hits"] for run in runs) / queries, 4) if queries else None,
+            "usage_cached_share": round(sum(turn["cached_tokens"] for turn in later)
+                                        / max(1, sum(turn["input_tokens"] for turn in later)), 4),
+            "ttft_p50": round(statistics.median(ttfts), 3), "ttft_p95": round(ttfts[int(0.95 * (len(ttfts) - 1))], 3),
+            "failed": sum(run["failed"] for run in runs)})
+    embedded = next((row for row in result if row["arm"] == baseline), None)
+    for row in result:
+        row["ratio_to_embedded"] = (round(row["cpu_us_per_token"] / embedded["cpu_us_per_token"], 3)
+                                    if embedded else None)
+    return result
+
+
 def main() -> None:
     options = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_argument("--sessions", type=int, default=4)
     options.add_argument("--turns", type=int, default=4)
+    options.add_argument("--rounds", type=int, default=3, help="times the workload runs on each arm, interleaved")
     options.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     options.add_argument("--no-smg", action="store_true", help="leave SGLang's gateway out")
     options.add_argument("--output-tokens", type=int, default=OUTPUT_TOKENS, help="each turn's max_output_tokens")
@@ -202,62 +260,61 @@ def main() -> None:
     model, name = ensure_bundled_model(), BUNDLED_MODEL_NAME
     logs = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     os.environ.update(VLLM_CPU_KVCACHE_SPACE="2", RESPONSES_SERVER_DATA=str(logs / "data"))
-    results = []
+    workers = [f"http://127.0.0.1:{PORTS[worker]}" for worker in ("w1", "w2")]
+    with ExitStack() as running:
+        def serve(arm: str, port: str, flags: list[str], engine_ports: list[int]) -> Arm:
+            command = [sys.executable, "-m", "server", "--port", str(PORTS[port]), *flags]
+            server = running.enter_context(Server(command, PORTS[port], logs / f"{port}.log"))
+            return Arm(arm, f"http://127.0.0.1:{PORTS[port]}", server.process.pid, engine_ports)
 
-    def measure(arm: str, url: str, gateway: Server | _Process, ports: list[int]) -> None:
-        print(f"[fleet] {arm} ...", file=sys.stderr, flush=True)
-        results.append(asyncio.run(run_arm(arm, url, name, gateway.process.pid, ports, args.sessions, args.turns,
-                                               args.output_tokens)))
-
-    gateway_command = [sys.executable, "-m", "server", "--port", str(PORTS["gateway"])]
-    url = f"http://127.0.0.1:{PORTS['gateway']}"
-    with Server([*gateway_command, "--model", str(model), "--served-model-name", name, *CPU],
-                PORTS["gateway"], logs / "embedded.log") as embedded:
-        measure("embedded", url, embedded, [PORTS["gateway"]])
-    with vllm_worker(model, name, PORTS["w1"], logs / "w1.log"), vllm_worker(model, name, PORTS["w2"], logs / "w2.log"):
-        workers = [f"http://127.0.0.1:{PORTS[w]}" for w in ("w1", "w2")]
+        embedded = serve("embedded", "embedded", ["--model", str(model), "--served-model-name", name, *CPU],
+                         [PORTS["embedded"]])
+        for worker in ("w1", "w2"):
+            running.enter_context(vllm_worker(model, name, PORTS[worker], logs / f"{worker}.log"))
         fleet = fleet_file(logs / "fleet.toml", name, model, workers)
-        with Server([*gateway_command, "--fleet", str(fleet)], PORTS["gateway"], logs / "gateway.log") as gateway:
-            measure("fleet, rendezvous", url, gateway, [PORTS["w1"], PORTS["w2"]])
-        router = subprocess.Popen([str(Path(sys.executable).parent / "vllm-router"), "--host", "127.0.0.1", "--port",
-                                   str(PORTS["router"]), "--policy", "round_robin", "--worker-urls", *workers],
-                                  stdout=(logs / "router.log").open("w"), stderr=subprocess.STDOUT)
-        try:
-            time.sleep(3)
-            routed = fleet_file(logs / "routed.toml", name, model, [f"http://127.0.0.1:{PORTS['router']}"])
-            with Server([*gateway_command, "--fleet", str(routed)], PORTS["gateway"], logs / "routed.log") as gateway:
-                measure("fleet, round robin", url, gateway, [PORTS["w1"], PORTS["w2"]])
-        finally:
-            router.terminate()
-            router.wait(30)
+        rendezvous = serve("fleet, rendezvous", "fleet", ["--fleet", str(fleet)], [PORTS["w1"], PORTS["w2"]])
+        running.enter_context(_Process(subprocess.Popen(
+            [str(Path(sys.executable).parent / "vllm-router"), "--host", "127.0.0.1", "--port", str(PORTS["router"]),
+             "--policy", "round_robin", "--worker-urls", *workers],
+            stdout=(logs / "router.log").open("w"), stderr=subprocess.STDOUT)))
+        time.sleep(3)
+        routed = fleet_file(logs / "routed.toml", name, model, [f"http://127.0.0.1:{PORTS['router']}"])
+        round_robin = serve("fleet, round robin", "routed", ["--fleet", str(routed)], [PORTS["w1"], PORTS["w2"]])
+        rows = measure_rounds([embedded, rendezvous, round_robin], name, args.rounds, args.sessions, args.turns,
+                              args.output_tokens)
     if not args.no_smg:
-        smg_arm(model, name, logs, measure)
+        rows += smg_rounds(model, name, logs, args)
+    results = summary(rows)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    (args.out / f"{args.name}.json").write_text(json.dumps({"arms": results, "rounds": rows}, indent=1) + "\n")
     print(table(results))
     plot(results, args.out / f"{args.name}.png")
 
 
-def smg_arm(model: Path, name: str, logs: Path, measure: Any) -> None:
-    """SGLang's gateway over two vLLM gRPC workers (their Prometheus counters on --prometheus-port are vLLM's)."""
+def smg_rounds(model: Path, name: str, logs: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """SGLang's gateway over two vLLM gRPC workers (their Prometheus counters on --prometheus-port are vLLM's),
+    as many rounds as the other arms, after them (its workers are other processes)."""
     grpc_ports = [PORTS["g1"], PORTS["g2"]]
     with vllm_worker(model, name, grpc_ports[0], logs / "g1.log", grpc=True), \
             vllm_worker(model, name, grpc_ports[1], logs / "g2.log", grpc=True):
         command = [str(Path(sys.executable).parent / "smg"), "launch", "--backend", "vllm", "--host", "127.0.0.1",
-                   "--port", str(PORTS["gateway"]), "--policy", "cache_aware", "--model-path", str(model),
+                   "--port", str(PORTS["smg"]), "--policy", "cache_aware", "--model-path", str(model),
                    "--worker-urls", *[f"grpc://127.0.0.1:{port}" for port in grpc_ports]]
-        with Server(command, PORTS["gateway"], logs / "smg.log") as smg:
-            measure("smg", f"http://127.0.0.1:{PORTS['gateway']}", smg, [])
+        with Server(command, PORTS["smg"], logs / "smg.log") as smg:
+            arm = Arm("smg", f"http://127.0.0.1:{PORTS['smg']}", smg.process.pid, [])
+            return measure_rounds([arm], name, args.rounds, args.sessions, args.turns, args.output_tokens)
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| arm | output tokens | gateway CPU per token | cached share, turns 2+ (usage) | engines' prefix-cache "
-             "hit ratio, all turns | TTFT p50, turns 2+ | TTFT p95 | failed |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| arm | rounds | output tokens | gateway CPU per token | against embedded (by round) | cached share, "
+             "turns 2+ (usage) | engines' prefix-cache hit ratio, all turns | TTFT p50, turns 2+ | TTFT p95 | failed |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for row in results:
         share = f"{row['cached_share']:.1%}" if row["cached_share"] is not None else "n/a"
-        lines.append(f"| {row['arm']} | {row['output_tokens']} | {row['cpu_us_per_token']} µs | "
-                     f"{row['usage_cached_share']:.1%} | {share} | {row['ttft_p50']} s | {row['ttft_p95']} s | "
-                     f"{row['failed']} |")
+        by_round = ", ".join(f"{ratio:.2f}" for ratio in row["ratio_to_embedded_by_round"])
+        lines.append(f"| {row['arm']} | {row['rounds']} | {row['output_tokens']} | {row['cpu_us_per_token']} µs | "
+                     f"{row['ratio_to_embedded']:.2f}x ({by_round or 'other runs'}) | {row['usage_cached_share']:.1%} "
+                     f"| {share} | {row['ttft_p50']} s | {row['ttft_p95']} s | {row['failed']} |")
     return "\n".join(lines)
 
 
