@@ -165,12 +165,15 @@ def fleet_starts(args: argparse.Namespace) -> tuple[Any, ...]:
         raise ValueError("--fleet serves the fleet file's models: drop --model and --replay-engine-output")
     fleet = read_fleet_file(args.fleet)
     memory = args.history_memory_mb * 1024 * 1024
-    return tuple(_fleet_start(model, fleet, memory) for model in fleet.models)
+    return tuple(_fleet_start(model, fleet, memory, args.record_engine_output) for model in fleet.models)
 
 
-def _fleet_start(model: Any, fleet: Any, memory: int) -> Any:
+def _fleet_start(model: Any, fleet: Any, memory: int, record: Path | None = None) -> Any:
+    """The model's start on its workers; with `record`, each request's engine output appended there (as for an
+    engine in this process)."""
     from dataclasses import replace
 
+    from server.engine.recording import RecordingEngine
     from server.engine.remote import RemoteEngine
     from server.engine.workers import WorkerSet
     from server.models.registry import ModelStart
@@ -178,14 +181,15 @@ def _fleet_start(model: Any, fleet: Any, memory: int) -> Any:
     check_reasoning_parser(model.settings.reasoning_parser)
     check_tool_call_parser(model.settings.tool_call_parser)
 
+    workers = WorkerSet.of(model.settings.name, model.engines, fleet.max_waiting)
+
     def start() -> Any:
-        workers = WorkerSet.of(model.settings.name, model.engines, fleet.max_waiting)
         engine = RemoteEngine.for_model(model.path, workers, model.max_model_len, fleet.health_seconds)
         engine.probe_all()
         engine.watch()
-        return engine
+        return RecordingEngine(engine, record) if record is not None else engine
 
-    return ModelStart(replace(model.settings, history_memory_bytes=memory), start)
+    return ModelStart(replace(model.settings, history_memory_bytes=memory), start, workers)
 
 
 def build_app(args: argparse.Namespace, engine: Any = None, process: int | None = None) -> tuple[Any, Any]:

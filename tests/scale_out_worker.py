@@ -9,6 +9,8 @@ With it, the tests that drive an engine run through the server's remote engine a
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import json
 from contextlib import aclosing, contextmanager, suppress
 from dataclasses import dataclass, field
@@ -105,7 +107,20 @@ def engine_request(body: dict[str, Any]) -> EngineRequest:
         **{key: params[key] for key in _SAMPLING if key in params},
     )
     return EngineRequest(body["request_id"], list(body["token_ids"]), sampling, cache_salt=body.get("cache_salt"),
-                         priority=body.get("priority", 0))
+                         priority=body.get("priority", 0), images=_images(body.get("content_parts") or []))
+
+
+def _images(parts: list[dict[str, Any]]) -> tuple[Any, ...]:
+    """The images of vLLM's `content_parts`, decoded from their data URLs as the worker's media connector does."""
+    from PIL import Image
+
+    images = []
+    for part in parts:
+        assert part["type"] == "image_url", part
+        header, _, data = part["url"].partition(",")
+        assert header.startswith("data:image/") and header.endswith(";base64"), header
+        images.append(Image.open(io.BytesIO(base64.b64decode(data))))
+    return tuple(images)
 
 
 def _step_chunk(request_id: str, step: EngineStep) -> dict[str, Any]:
@@ -153,14 +168,16 @@ def engine_served(engine: Any, how: str, model: str = "test-model") -> Iterator[
     if how == "in_process":
         yield lambda: engine
         return
+    from server.engine.model_inputs import ModelInputs
     from server.engine.remote import RemoteEngine
     from server.engine.workers import WorkerSet
     from tests.conftest import serve_asgi
 
     with serve_asgi(ScaleOutWorker(engine, model, engine.max_model_len)) as port:
         def start() -> RemoteEngine:
+            inputs = ModelInputs(engine.input_modalities, engine.image_placeholder)  # no renderer: no expansion
             remote = RemoteEngine(WorkerSet.of(model, [f"http://127.0.0.1:{port}"]), engine.tokenizer,
-                                  engine.model_type, engine.sampling_defaults, engine.max_model_len)
+                                  engine.model_type, engine.sampling_defaults, engine.max_model_len, inputs=inputs)
             remote.probe_all()
             return remote
 

@@ -1,5 +1,6 @@
 """End to end with a model that sees: a tiny Idefics3 (SmolVLM) built in the test from the bundled model, on the
-real CPU engine, with the real openai SDK. Its answers about images are noise; every part of the pipeline is real:
+real CPU engine (in the server's process, and behind the server as a fleet's scale-out worker), with the real openai
+SDK. Its answers about images are noise; every part of the pipeline is real:
 the data URL decoded, the model's placeholder in the prompt, vLLM's processor expanding it, the image tokens counted."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from PIL import Image
 from server.engine.recording import read_recordings
 from tests.servers import RunningServer
 from tests.tiny_vlm import IMAGE_SEQ_LEN, build_tiny_vlm
+from tests.vllm_workers import VllmWorker
 from conformance.contract import validate_events
 
 pytestmark = pytest.mark.e2e
@@ -35,14 +37,32 @@ def png(width: int, height: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def vlm(bundled_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    checkpoint = build_tiny_vlm(bundled_model, tmp_path_factory.mktemp("tiny-vlm"))
-    log = tmp_path_factory.mktemp("logs") / "vision.log"
-    running = RunningServer(["--model", str(checkpoint), "--served-model-name", "tiny-vlm", "--max-model-len", "2048",
-                             "--default-max-output-tokens", str(CAP),
-                             "--record-engine-output", str(log.parent / "engine.jsonl")], log)
+def tiny_vlm(bundled_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_vlm(bundled_model, tmp_path_factory.mktemp("tiny-vlm"))
+
+
+@pytest.fixture(scope="module", params=["embedded", "fleet"])
+def vlm(request: pytest.FixtureRequest, tiny_vlm: Path, tmp_path_factory: pytest.TempPathFactory
+        ) -> Iterator[RunningServer]:
+    """The server with the model in its process, and (`fleet`) in front of a vLLM scale-out worker of it: the images
+    go to the worker beside the prompt's token ids, and its processor expands them."""
+    logs = tmp_path_factory.mktemp(f"logs-{request.param}")
+    flags = ["--record-engine-output", str(logs / "engine.jsonl")]
+    worker = None
+    if request.param == "embedded":
+        flags += ["--model", str(tiny_vlm), "--served-model-name", "tiny-vlm", "--max-model-len", "2048",
+                  "--default-max-output-tokens", str(CAP)]
+    else:
+        worker = VllmWorker(tiny_vlm, "tiny-vlm", logs / "worker.log", 2048).start().wait_healthy()
+        fleet = logs / "fleet.toml"
+        fleet.write_text(f'[[models]]\nname = "tiny-vlm"\npath = "{tiny_vlm}"\nengines = ["{worker.url}"]\n'
+                         f"default_max_output_tokens = {CAP}\n")
+        flags += ["--fleet", str(fleet)]
+    running = RunningServer(flags, logs / "vision.log")
     yield running
     running.stop()
+    if worker is not None:
+        worker.stop()
 
 
 def _ask(server: RunningServer, *parts: dict[str, Any], **body: Any) -> Any:

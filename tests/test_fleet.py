@@ -80,16 +80,17 @@ class Fleet:
                         ScaleOutWorker(self.engines[OTHER], OTHER)]
         ports = [stack.enter_context(serve_asgi(worker)) for worker in self.workers]
         self.urls = [f"http://127.0.0.1:{port}" for port in ports]
-        starts = (ModelStart(ModelSettings(SMALL), self._start(SMALL, self.urls[:2], tokenizer)),
-                  ModelStart(ModelSettings(OTHER), self._start(OTHER, self.urls[2:], tokenizer)))
+        small, other = WorkerSet.of(SMALL, self.urls[:2]), WorkerSet.of(OTHER, self.urls[2:])
+        starts = (ModelStart(ModelSettings(SMALL), self._start(small, tokenizer), small),
+                  ModelStart(ModelSettings(OTHER), self._start(other, tokenizer), other))
         self.context = ServingContext(config=ServerConfig(served_model_name=SMALL, **config), model_starts=starts,
                                       sealer=sealer, records=sqlite_records(store))
         self.base_url = stack.enter_context(serve_in_thread(create_app(self.context)))
 
     @staticmethod
-    def _start(model: str, urls: list[str], tokenizer: Any) -> Any:
+    def _start(workers: WorkerSet, tokenizer: Any) -> Any:
         def start() -> RemoteEngine:
-            engine = RemoteEngine(WorkerSet.of(model, urls), tokenizer, health_seconds=0.2)
+            engine = RemoteEngine(workers, tokenizer, health_seconds=0.2)
             engine.probe_all()
             engine.watch()
             return engine

@@ -22,6 +22,7 @@ from server.http.app import create_app
 from server.runs.context import ServingContext
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
+from tests.scale_out_worker import engine_served
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 from tests.sse import events_of, parse_frames
 from conformance.contract import validate_events
@@ -79,17 +80,20 @@ def images_at() -> Iterator[str]:
         yield base_url.removesuffix("/v1")
 
 
-@pytest.fixture(scope="module")
-def vision(tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vision]:
+@pytest.fixture(scope="module", params=["in_process", "scale_out"])
+def vision(request: pytest.FixtureRequest, tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vision]:
+    """On both engines: in the server's process, and behind a scale-out worker (the images sent as vLLM's
+    `content_parts` and decoded by the worker)."""
     answer = steps_from_tokens(tokenizer.encode("A red square.", add_special_tokens=False), cuts=[1])
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[answer], input_modalities=("text", "image"),
                             image_placeholder=PLACEHOLDER)
     store = open_records(f"sqlite:///{tmp_path_factory.mktemp('store') / 'responses.db'}", RetentionPolicy(),
                        Path("unused"))
     config = ServerConfig(served_model_name=MODEL, allowed_media_domains=("127.0.0.1",))
-    context = ServingContext(config=config, engine_factory=lambda: engine, ids=counting_ids(), records=store)
-    with serve_in_thread(create_app(context)) as base_url:
-        yield Vision(engine, base_url, tokenizer)
+    with engine_served(engine, request.param, MODEL) as start_engine:
+        context = ServingContext(config=config, engine_factory=start_engine, ids=counting_ids(), records=store)
+        with serve_in_thread(create_app(context)) as base_url:
+            yield Vision(engine, base_url, tokenizer)
 
 
 def _user(*parts: dict[str, Any]) -> dict[str, Any]:

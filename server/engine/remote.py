@@ -1,7 +1,8 @@
 """The engine of a fleet model: vLLM scale-out workers (`vllm serve MODEL --enable-scale-out`) driven over HTTP.
 
 The gateway renders, tokenizes and parses as for the engine in its process; a worker only generates: token ids in,
-token ids out. The model's tokenizer, config and generation defaults are read from its `path` on the gateway.
+token ids out (and a model that sees, its images beside them). The model's tokenizer, config and generation defaults
+are read from its `path` on the gateway.
 A worker that cannot be reached is marked down (its streams end as failed responses, new turns go to its peers)
 and used again once its /health answers; closing a request's steps aborts it on its worker.
 """
@@ -19,6 +20,7 @@ import aiohttp
 import httpx
 
 from server.engine.interface import EngineRequest, EngineStep, EngineUnavailable, Prefilled, prefill_by_generating
+from server.engine.model_inputs import ModelInputs
 from server.engine.scale_out import (ABORT_PATH, GENERATE_PATH, ChunkReader, WorkerError, generate_body,
                                      sse_payloads)
 from server.engine.workers import Worker, WorkerSet
@@ -50,14 +52,17 @@ class RemoteEngine:
 
     def __init__(self, workers: WorkerSet, tokenizer: Any, model_type: str | None = None,
                  sampling_defaults: dict[str, float] | None = None, max_model_len: int | None = None,
-                 config_window: int | None = None, health_seconds: float = 2.0, vocab_size: int | None = None) -> None:
-        """`max_model_len`: the operator's window (None: the smallest its workers report, else `config_window`)."""
+                 config_window: int | None = None, health_seconds: float = 2.0, vocab_size: int | None = None,
+                 inputs: ModelInputs | None = None) -> None:
+        """`max_model_len`: the operator's window (None: the smallest its workers report, else `config_window`);
+        `inputs`: what the model reads (None: text)."""
         self.workers = workers
         self.tokenizer = tokenizer
         self.model_type = model_type
         self.sampling_defaults = dict(sampling_defaults or {})
-        self.input_modalities: tuple[str, ...] = ("text",)  # images are not sent to workers (yet)
-        self.image_placeholder: str | None = None
+        self.inputs = inputs or ModelInputs()
+        self.input_modalities = self.inputs.input_modalities
+        self.image_placeholder = self.inputs.image_placeholder
         self._declared_window = max_model_len
         self._config_window = config_window
         self._vocab_size = vocab_size
@@ -75,7 +80,8 @@ class RemoteEngine:
 
         config = _model_config(path)
         return cls(workers, load_tokenizer(path), config.get("model_type"), model_sampling_defaults(path),
-                   max_model_len, config.get("max_position_embeddings"), health_seconds, config.get("vocab_size"))
+                   max_model_len, config.get("max_position_embeddings"), health_seconds, config.get("vocab_size"),
+                   ModelInputs.for_model(path, max_model_len))
 
     @property
     def max_model_len(self) -> int:
@@ -168,7 +174,7 @@ class RemoteEngine:
         last: list[EngineStep] = []
         worker.running += 1
         try:
-            body = generate_body(request, self._vocab_size)
+            body = generate_body(request, self._vocab_size, await self.inputs.content_parts(request))
             async with self._http().post(worker.url + GENERATE_PATH, json=body,
                                          headers=request.trace_headers) as answer:
                 if answer.status != 200:
@@ -224,13 +230,14 @@ class RemoteEngine:
         return await prefill_by_generating(self.generate, request)
 
     async def prompt_length(self, request: EngineRequest) -> int:
-        return len(request.prompt_token_ids)
+        return await self.inputs.prompt_length(request)
 
     async def shutdown(self) -> None:
         if self._watching is not None:
             self._watching.cancel()
         if self._session is not None:
             await self._session.close()
+        self.inputs.close()
 
 
 def _check_served(worker: Worker, models: Any, model: str) -> None:

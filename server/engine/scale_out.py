@@ -23,10 +23,12 @@ class WorkerError(Exception):
     """The worker refused the request or reported an error in its stream (the request's own failure)."""
 
 
-def generate_body(request: EngineRequest, vocab_size: int | None = None) -> dict[str, Any]:
+def generate_body(request: EngineRequest, vocab_size: int | None = None,
+                  content_parts: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """The body of `POST /inference/v1/generate` for `request`: `token_ids` first, as routers that match the body's
     text as a prefix (vllm-router's cache_aware) expect. Banned ids past the model's `vocab_size` are left out (the
-    worker refuses them; they cannot be sampled anyway)."""
+    worker refuses them; they cannot be sampled anyway). `content_parts`: the prompt's images, one for each of its
+    placeholders in order, which the worker's processor expands."""
     sampling = request.sampling
     params: dict[str, Any] = {"max_tokens": sampling.max_tokens, "detokenize": False, "skip_special_tokens": False}
     for key in _OPTIONAL:
@@ -50,6 +52,8 @@ def generate_body(request: EngineRequest, vocab_size: int | None = None) -> dict
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if content_parts:
+        body["content_parts"] = content_parts
     if request.cache_salt is not None:
         body["cache_salt"] = request.cache_salt
     if request.priority:

@@ -133,7 +133,7 @@ class VllmEngine:
         params = _sampling_params(request, self.vocab_size)
         first = True
         traced = request.trace_headers if self._llm.observability_config.otlp_traces_endpoint else None  # (vLLM's
-        async for output in self._llm.generate(_prompt(request), params, request.request_id,  # own spans, when its
+        async for output in self._llm.generate(tokens_prompt(request), params, request.request_id,  # own spans, when its
                                                priority=request.priority, trace_headers=traced):  # flag turns them on)
             completion = output.outputs[0]
             finish = completion.finish_reason
@@ -155,7 +155,7 @@ class VllmEngine:
         stands for what the engine core holds, and this prompt never reaches the engine core."""
         if not request.images:
             return len(request.prompt_token_ids)
-        processed = await self._llm.renderer.process_for_engine_async(_prompt(request), time.time(),
+        processed = await self._llm.renderer.process_for_engine_async(tokens_prompt(request), time.time(),
                                                                       skip_mm_cache=True)
         return len(processed["prompt_token_ids"])
 
@@ -163,7 +163,7 @@ class VllmEngine:
         self._llm.shutdown()
 
 
-def _prompt(request: EngineRequest) -> Any:
+def tokens_prompt(request: EngineRequest) -> Any:
     """vLLM's TokensPrompt for the request: its token ids, and its images for vLLM's processor for the model (which
     expands each placeholder into the image's tokens)."""
     from vllm.inputs import TokensPrompt

@@ -24,6 +24,7 @@ class ModelStart:
 
     settings: ModelSettings
     start_engine: Callable[[], Engine]
+    workers: WorkerSet | None = None  # a fleet model's workers (None: the engine runs in this process)
 
 
 @dataclass

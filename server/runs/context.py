@@ -15,7 +15,6 @@ from server.config import ServerConfig
 from server.constraints.json_grammar import ANY_OBJECT
 from server.constraints.rules import OutputRules
 from server.engine.interface import Engine
-from server.engine.remote import RemoteEngine
 from server.requests import ResponsesRequest
 from server.models.registry import Model, Models, ModelStart
 from server.paths.base import ModelPath
@@ -155,8 +154,7 @@ def _started(start: ModelStart) -> Model:
     engine = start.start_engine()
     path = choose_path(engine, start.settings)
     _warm_up(start.settings.name, path)
-    return Model(start.settings, engine, path, KnownPrompts(start.settings.history_memory_bytes),
-                 engine.workers if isinstance(engine, RemoteEngine) else None)
+    return Model(start.settings, engine, path, KnownPrompts(start.settings.history_memory_bytes), start.workers)
 
 
 def _warm_up(model: str, path: ModelPath) -> None:
