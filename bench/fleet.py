@@ -198,9 +198,10 @@ class Arm:
     engine_ports: list[int]
 
 
-def measure_rounds(arms: list[Arm], model: str, rounds: int, sessions: int, turns: int,
-                   output_tokens: int) -> list[dict[str, Any]]:
-    """Each arm warmed once, then the workload on every arm in turn, `rounds` times: each round's rows."""
+def measure_rounds(arms: list[Arm], model: str, rounds: int, sessions: int, turns: int, output_tokens: int,
+                   block: str = "scale-out") -> list[dict[str, Any]]:
+    """Each arm warmed once, then the workload on every arm in turn, `rounds` times: each round's rows (arms
+    measured in one `block` share their rounds)."""
     for arm in arms:
         asyncio.run(_warm(arm.url, model))
     rows = []
@@ -209,7 +210,7 @@ def measure_rounds(arms: list[Arm], model: str, rounds: int, sessions: int, turn
             print(f"[fleet] round {number + 1}/{rounds}: {arm.name} ...", file=sys.stderr, flush=True)
             row = asyncio.run(run_arm(arm.name, arm.url, model, arm.pid, arm.engine_ports, sessions, turns,
                                       output_tokens, tag=f"r{number}"))
-            rows.append({"round": number + 1, **row})
+            rows.append({"block": block, "round": number + 1, **row})
     return rows
 
 
@@ -219,7 +220,7 @@ def summary(rows: list[dict[str, Any]], baseline: str = "embedded") -> list[dict
     arms: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         arms.setdefault(row["arm"], []).append(row)
-    base = {row["round"]: row["cpu_us_per_token"] for row in arms.get(baseline, [])}
+    base = {(row["block"], row["round"]): row["cpu_us_per_token"] for row in arms.get(baseline, [])}
     result = []
     for arm, runs in arms.items():
         tokens = sum(run["output_tokens"] for run in runs)
@@ -231,17 +232,19 @@ def summary(rows: list[dict[str, Any]], baseline: str = "embedded") -> list[dict
             "arm": arm, "rounds": len(runs), "output_tokens": tokens, "gateway_cpu_seconds": round(cpu, 3),
             "cpu_us_per_token": round(cpu / max(1, tokens) * 1e6, 1),
             "cpu_us_per_token_by_round": [run["cpu_us_per_token"] for run in runs],
-            "ratio_to_embedded_by_round": [round(run["cpu_us_per_token"] / base[run["round"]], 3)
-                                           for run in runs if base.get(run["round"])],
+            "ratio_to_embedded_by_round": [round(run["cpu_us_per_token"] / base[run["block"], run["round"]], 3)
+                                           for run in runs if base.get((run["block"], run["round"]))],
             "cached_share": round(sum(run["cache_hits"] for run in runs) / queries, 4) if queries else None,
             "usage_cached_share": round(sum(turn["cached_tokens"] for turn in later)
                                         / max(1, sum(turn["input_tokens"] for turn in later)), 4),
             "ttft_p50": round(statistics.median(ttfts), 3), "ttft_p95": round(ttfts[int(0.95 * (len(ttfts) - 1))], 3),
             "failed": sum(run["failed"] for run in runs)})
     embedded = next((row for row in result if row["arm"] == baseline), None)
+    smg = next((row for row in result if row["arm"] == "smg"), None)
     for row in result:
         row["ratio_to_embedded"] = (round(row["cpu_us_per_token"] / embedded["cpu_us_per_token"], 3)
                                     if embedded else None)
+        row["ratio_to_smg"] = round(row["cpu_us_per_token"] / smg["cpu_us_per_token"], 3) if smg else None
     return result
 
 
@@ -302,19 +305,20 @@ def smg_rounds(model: Path, name: str, logs: Path, args: argparse.Namespace) -> 
                    "--worker-urls", *[f"grpc://127.0.0.1:{port}" for port in grpc_ports]]
         with Server(command, PORTS["smg"], logs / "smg.log") as smg:
             arm = Arm("smg", f"http://127.0.0.1:{PORTS['smg']}", smg.process.pid, [])
-            return measure_rounds([arm], name, args.rounds, args.sessions, args.turns, args.output_tokens)
+            return measure_rounds([arm], name, args.rounds, args.sessions, args.turns, args.output_tokens, "smg")
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    lines = ["| arm | rounds | output tokens | gateway CPU per token | against embedded (by round) | cached share, "
-             "turns 2+ (usage) | engines' prefix-cache hit ratio, all turns | TTFT p50, turns 2+ | TTFT p95 | failed |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| arm | rounds | output tokens | gateway CPU per token | against embedded (by round) | against smg | "
+             "cached share, turns 2+ (usage) | engines' prefix-cache hit ratio, all turns | TTFT p50, turns 2+ | "
+             "TTFT p95 | failed |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in results:
         share = f"{row['cached_share']:.1%}" if row["cached_share"] is not None else "n/a"
-        by_round = ", ".join(f"{ratio:.2f}" for ratio in row["ratio_to_embedded_by_round"])
+        by_round = ", ".join(f"{ratio:.2f}" for ratio in row["ratio_to_embedded_by_round"]) or "measured apart"
+        to_smg = f"{row['ratio_to_smg']:.2f}x" if row["ratio_to_smg"] else "n/a"
         lines.append(f"| {row['arm']} | {row['rounds']} | {row['output_tokens']} | {row['cpu_us_per_token']} µs | "
-                     f"{row['ratio_to_embedded']:.2f}x ({by_round or 'other runs'}) | {row['usage_cached_share']:.1%} "
-                     f"| {share} | {row['ttft_p50']} s | {row['ttft_p95']} s | {row['failed']} |")
+                     f"{row['ratio_to_embedded']:.2f}x ({by_round}) | {to_smg} | {row['usage_cached_share']:.1%} | "
+                     f"{share} | {row['ttft_p50']} s | {row['ttft_p95']} s | {row['failed']} |")
     return "\n".join(lines)
 
 

@@ -340,3 +340,34 @@ def test_a_worker_that_just_answered_a_request_is_not_asked_for_its_health(token
             return checks
 
         assert asyncio.run(run()) == [1, 1, 2]
+
+
+def test_a_worker_streaming_to_the_gateway_is_not_asked_for_its_health(tokenizer: Any) -> None:
+    """A worker in the middle of a stream (a long prefill: nothing heard for many intervals) is up as far as this
+    gateway needs: were it to die, the stream would break and mark it down. Once it streams nothing, it is checked."""
+    import asyncio
+
+    from server.engine.interface import EngineRequest, SamplingSettings
+
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[_answer(tokenizer, "Up.")])
+    worker = ScaleOutWorker(engine, SMALL)
+    with serve_asgi(worker) as port:
+        remote = RemoteEngine(WorkerSet.of(SMALL, [f"http://127.0.0.1:{port}"]), tokenizer, health_seconds=60)
+        remote.probe_all()  # up (its /v1/models read)
+        seen = remote.workers.workers[0]
+
+        async def run() -> list[int]:
+            checks = []
+            steps = remote.generate(EngineRequest("resp_1", [1, 2, 3], SamplingSettings(max_tokens=8)))
+            await anext(steps)  # streaming
+            seen.heard_at -= 61  # as after a prefill longer than an interval
+            await remote._probe(seen, read_load=False)
+            checks.append(worker.health_checks)
+            assert [step async for step in steps]  # the stream ends
+            seen.heard_at -= 61
+            await remote._probe(seen, read_load=False)
+            checks.append(worker.health_checks)
+            await remote.shutdown()
+            return checks
+
+        assert asyncio.run(run()) == [0, 1]

@@ -145,7 +145,10 @@ class RemoteEngine:
             worker.went_down(str(exc) or exc.__class__.__name__)
 
     async def _get(self, url: str) -> tuple[int, bytes]:
-        async with self._http().get(url, timeout=aiohttp.ClientTimeout(total=PROBE_SECONDS)) as answer:
+        """The answer's status and body, asked uncompressed: the session does not decompress, and a /metrics served
+        by prometheus_client's own app (or a proxy) compresses for a client that accepts gzip."""
+        async with self._http().get(url, timeout=aiohttp.ClientTimeout(total=PROBE_SECONDS),
+                                    headers={"Accept-Encoding": "identity"}) as answer:
             return answer.status, await answer.read()
 
     def _http(self) -> aiohttp.ClientSession:

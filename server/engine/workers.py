@@ -54,8 +54,9 @@ class Worker:
         self.came_up()
 
     def heard_within(self, seconds: float) -> bool:
-        """It answered a request less than `seconds` ago (no health check is needed to know it is up)."""
-        return self.up and time.monotonic() - self.heard_at < seconds
+        """It is streaming to this gateway, or answered a request less than `seconds` ago: no health check is needed
+        to know it is up (were it to die, its streams would break and mark it down)."""
+        return self.up and (self.running > 0 or time.monotonic() - self.heard_at < seconds)
 
 
 @dataclass
