@@ -12,7 +12,7 @@ import pytest
 
 from conformance.contract import validate_events
 from tests.test_harmony import harmony  # noqa: F401  (the fixture)
-from tests.test_images import PLACEHOLDER as VISION_PLACEHOLDER, Vision, image_url, vision  # noqa: F401
+from tests.test_images import PLACEHOLDER as VISION_PLACEHOLDER, Vision, image_url, served_vision
 from tests.test_server import MODEL, Harness, answer_tokens  # noqa: F401
 from tests.test_server import in_process_harness as harness  # noqa: F401  (the fixture, by this name)
 from server.attachments.work_pool import WorkLimits
@@ -27,6 +27,13 @@ from tests.hostile import HEALTH_BOUND, Probe, bilevel_png, pdf_bomb
 from tests.scripted_engine import ScriptedEngine, steps_from_tokens
 
 CALL = {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": "{}"}
+
+
+@pytest.fixture(scope="module")
+def vision(tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vision]:
+    """In the server's process: what these tests send is refused, or decoded, before any engine sees it."""
+    with served_vision(tokenizer, tmp_path_factory.mktemp("store") / "responses.db", "in_process") as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +102,13 @@ def test_schema_errors_do_not_show_the_grammar_engines_source(harness: Harness) 
     "http://127.0.0.1\uff03@example.com/a.png",
     "http://127.0.0.1/a\x01b.png",
 ], ids=["open-bracket", "full-width-host", "control-character"])
-def test_a_malformed_image_url_is_a_400_naming_its_part(vision: Vision, url: str) -> None:  # noqa: F811
+def test_a_malformed_image_url_is_a_400_naming_its_part(vision: Vision, url: str) -> None:
     response = vision.post(input=[{"role": "user", "content": [{"type": "input_image", "image_url": url}]}])
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == "input[0].content[0]"
 
 
-def test_a_conversation_item_with_an_object_image_url_is_refused(vision: Vision) -> None:  # noqa: F811
+def test_a_conversation_item_with_an_object_image_url_is_refused(vision: Vision) -> None:
     conversation = httpx.post(f"{vision.base_url}/conversations", json={}, timeout=30).json()["id"]
     part = {"type": "input_image", "image_url": {"url": image_url(4, 4)}}
     added = httpx.post(f"{vision.base_url}/conversations/{conversation}/items", timeout=30,
@@ -112,7 +119,7 @@ def test_a_conversation_item_with_an_object_image_url_is_refused(vision: Vision)
     assert later.status_code == 200, later.text
 
 
-def test_an_object_image_url_in_a_response_input_is_a_400(vision: Vision) -> None:  # noqa: F811
+def test_an_object_image_url_in_a_response_input_is_a_400(vision: Vision) -> None:
     part = {"type": "input_image", "image_url": {"url": image_url(4, 4)}}
     response = vision.post(input=[{"role": "user", "content": [part]}])
     assert response.status_code == 400, response.text
@@ -163,7 +170,7 @@ def test_a_costly_pdf_is_read_off_the_event_loop_within_a_time_limit(counted: tu
     assert error["param"] == "input[0].content[1]" and error["code"] == "file_too_costly", error
 
 
-def test_images_past_the_requests_pixel_budget_are_a_413_before_any_is_decoded(vision: Vision) -> None:  # noqa: F811
+def test_images_past_the_requests_pixel_budget_are_a_413_before_any_is_decoded(vision: Vision) -> None:
     """Eight 6,300 x 6,300 PNGs (KBs each, 40M pixels each: each under the per-image cap) decoded to ~1.9 GB."""
     parts = [{"type": "input_image", "image_url": "data:image/png;base64,"
               + base64.b64encode(bilevel_png(6_300 - n)).decode()} for n in range(8)]  # 8 distinct images
@@ -177,7 +184,7 @@ def test_images_past_the_requests_pixel_budget_are_a_413_before_any_is_decoded(v
     assert probe.slowest < HEALTH_BOUND, probe.slowest
 
 
-def test_one_image_sent_under_several_spellings_is_decoded_once(vision: Vision) -> None:  # noqa: F811
+def test_one_image_sent_under_several_spellings_is_decoded_once(vision: Vision) -> None:
     url = image_url(6, 4)
     spellings = [url, url.replace(";base64", ";n=1;base64"), url.replace(";base64", ";n=2;base64")]
     response = vision.post(input=[{"role": "user", "content": [
@@ -187,7 +194,7 @@ def test_one_image_sent_under_several_spellings_is_decoded_once(vision: Vision) 
     assert all(other is first for other in others)
 
 
-def test_a_placeholder_written_in_text_is_not_an_image(vision: Vision) -> None:  # noqa: F811
+def test_a_placeholder_written_in_text_is_not_an_image(vision: Vision) -> None:
     """User text (or instructions) that spells the model's image placeholder must not make a slot for an image:
     the prompt has as many placeholders as images."""
     response = vision.post(instructions="Answer about <image> only.", input=[{"role": "user", "content": [

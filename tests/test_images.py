@@ -7,6 +7,7 @@ import base64
 import io
 import struct
 import zlib
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
@@ -80,20 +81,26 @@ def images_at() -> Iterator[str]:
         yield base_url.removesuffix("/v1")
 
 
-@pytest.fixture(scope="module", params=["in_process", "scale_out"])
-def vision(request: pytest.FixtureRequest, tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vision]:
-    """On both engines: in the server's process, and behind a scale-out worker (the images sent as vLLM's
-    `content_parts` and decoded by the worker)."""
+@contextmanager
+def served_vision(tokenizer: Any, store: Path, how: str) -> Iterator[Vision]:
+    """The app on a scripted engine that sees: in the server's process, or (`scale_out`) behind a scale-out worker
+    (the images sent as vLLM's `content_parts` and decoded by the worker)."""
     answer = steps_from_tokens(tokenizer.encode("A red square.", add_special_tokens=False), cuts=[1])
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[answer], input_modalities=("text", "image"),
                             image_placeholder=PLACEHOLDER)
-    store = open_records(f"sqlite:///{tmp_path_factory.mktemp('store') / 'responses.db'}", RetentionPolicy(),
-                       Path("unused"))
     config = ServerConfig(served_model_name=MODEL, allowed_media_domains=("127.0.0.1",))
-    with engine_served(engine, request.param, MODEL) as start_engine:
-        context = ServingContext(config=config, engine_factory=start_engine, ids=counting_ids(), records=store)
+    with engine_served(engine, how, MODEL) as start_engine:
+        context = ServingContext(config=config, engine_factory=start_engine, ids=counting_ids(),
+                                 records=open_records(f"sqlite:///{store}", RetentionPolicy(), Path("unused")))
         with serve_in_thread(create_app(context)) as base_url:
             yield Vision(engine, base_url, tokenizer)
+
+
+@pytest.fixture(scope="module", params=["in_process", "scale_out"])
+def vision(request: pytest.FixtureRequest, tokenizer: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vision]:
+    """This module's tests run on both engines."""
+    with served_vision(tokenizer, tmp_path_factory.mktemp("store") / "responses.db", request.param) as served:
+        yield served
 
 
 def _user(*parts: dict[str, Any]) -> dict[str, Any]:

@@ -60,12 +60,14 @@ class ModelInputs:
 
     async def content_parts(self, request: EngineRequest) -> list[dict[str, str]]:
         """The request's images as the worker takes them beside its token ids: vLLM's `content_parts`, in the
-        prompt's order, each a PNG data URL (encoded in this model's one encoding thread)."""
-        if not request.images:
-            return []
+        prompt's order, each a PNG data URL (encoded in this model's one encoding thread, each distinct image once:
+        one sent several times was decoded once)."""
         loop = asyncio.get_running_loop()
-        return [{"type": "image_url", "url": await loop.run_in_executor(self._encoder, png_data_url, image)}
-                for image in request.images]
+        urls: dict[int, str] = {}
+        for image in request.images:
+            if id(image) not in urls:
+                urls[id(image)] = await loop.run_in_executor(self._encoder, png_data_url, image)
+        return [{"type": "image_url", "url": urls[id(image)]} for image in request.images]
 
     def close(self) -> None:
         self._encoder.shutdown(wait=False)
