@@ -162,22 +162,24 @@ class RemoteEngine:
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         """The request's steps from the worker its affinity chooses; a worker that refuses the connection (dead
         before the health check noticed) is marked down and the next choice is tried, as nothing was generated."""
+        images = await self.inputs.content_parts(request)  # once, whichever worker takes the request
         for _ in self.workers.workers:
             worker = self.workers.choose(request.affinity)
             try:
-                async for step in self._generate_on(worker, request):
+                async for step in self._generate_on(worker, request, images):
                     yield step
                 return
             except _Refused:
                 continue
         raise EngineUnavailable(f"No engine worker of the model '{self.workers.model}' is up; try again shortly.")
 
-    async def _generate_on(self, worker: Worker, request: EngineRequest) -> AsyncIterator[EngineStep]:
+    async def _generate_on(self, worker: Worker, request: EngineRequest,
+                           images: list[dict[str, str]]) -> AsyncIterator[EngineStep]:
         reader = ChunkReader(top_logprobs=request.sampling.logprobs or 0)
         last: list[EngineStep] = []
         worker.running += 1
         try:
-            body = generate_body(request, self._vocab_size, await self.inputs.content_parts(request))
+            body = generate_body(request, self._vocab_size, images)
             async with self._http().post(worker.url + GENERATE_PATH, json=body,
                                          headers=request.trace_headers) as answer:
                 if answer.status != 200:
