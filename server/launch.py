@@ -175,16 +175,18 @@ def _fleet_start(model: Any, fleet: Any, memory: int, record: Path | None = None
 
     from server.engine.recording import RecordingEngine
     from server.engine.remote import RemoteEngine
+    from server.engine.retries import RetryBudget
     from server.engine.workers import WorkerSet
     from server.models.registry import ModelStart
 
     check_reasoning_parser(model.settings.reasoning_parser)
     check_tool_call_parser(model.settings.tool_call_parser)
 
-    workers = WorkerSet.of(model.settings.name, model.engines, fleet.max_waiting)
+    workers = WorkerSet.of(model.settings.name, model.engines, fleet.max_waiting, fleet.outliers)
 
     def start() -> Any:
-        engine = RemoteEngine.for_model(model.path, workers, model.max_model_len, fleet.health_seconds)
+        engine = RemoteEngine.for_model(model.path, workers, model.max_model_len, fleet.health_seconds, model.limits,
+                                        RetryBudget(fleet.retry_budget, fleet.min_retries))
         engine.probe_all()
         engine.watch()
         return RecordingEngine(engine, record) if record is not None else engine

@@ -59,6 +59,15 @@ ENGINE_WORKERS_UP = Gauge("responses_server_engine_workers_up", "A fleet model's
                           "gateway last saw them", ["model"], multiprocess_mode="max")
 ENGINE_WORKERS = Gauge("responses_server_engine_workers", "A fleet model's engine workers (its fleet file's list)",
                        ["model"], multiprocess_mode="max")
+ENGINE_EJECTIONS = Counter("responses_server_engine_worker_ejections", "Fleet workers taken out of rotation after "
+                           "consecutive failed requests (outlier detection), by model", ["model"])
+ENGINE_RETRIES = Counter("responses_server_engine_retries", "Requests sent to another worker after one failed before "
+                         "answering, by model and reason (refused, reset, timeout, status), or not sent for want of "
+                         "retry budget (reason: over_budget)", ["model", "reason"])
+ENGINE_STREAMS_MOVED = Counter("responses_server_engine_streams_moved", "Streams whose worker was lost after it "
+                               "answered, by model and outcome: resumed on a peer from the tokens already generated, "
+                               "restarted on a peer (nothing generated yet), or lost (a grammar that cannot be restated "
+                               "constrains what is left, or no peer answered)", ["model", "outcome"])
 LIVE_REPLICAS = Gauge("responses_server_live_replicas", "Replicas taking forwarded requests (this one among them when "
                       "it advertises an address), as last read from the shared store", multiprocess_mode="max")
 PROJECT_REQUESTS = Counter("responses_server_project_requests", "Responses that ended, by project (the operator "

@@ -10,3 +10,9 @@ from typing import Iterable
 def rendezvous(key: str, members: Iterable[str]) -> str:
     """The member with the highest hash of (key, member): the same on every process that sees the same members."""
     return max(members, key=lambda member: hashlib.sha256(f"{key}\0{member}".encode()).digest())
+
+
+def rendezvous_order(key: str, members: Iterable[str]) -> list[str]:
+    """Every member, by falling hash of (key, member): the first is `rendezvous`'s choice, the next where its keys
+    go when it is gone, and so on."""
+    return sorted(members, key=lambda member: hashlib.sha256(f"{key}\0{member}".encode()).digest(), reverse=True)

@@ -31,7 +31,11 @@ class ScaleOutWorker:
     max_model_len: int = 8192
     healthy: bool = True
     waiting: int = 0  # what its /metrics says of its queue
-    drop_after: int | None = None  # it dies after this many chunks: the connection breaks, /health fails
+    drop_after: int | None = None  # it dies after this many chunks (0: before its first), when it has another to
+    # send: the connection breaks, /health fails
+    hang_after: int | None = None  # its engine hangs after this many chunks: the stream stops, /health stays 200
+    metrics_broken: bool = False  # its /metrics answers 500
+    on_chunk: Callable[[int], None] | None = None  # called with the count of chunks sent, after each
     chunks_sent: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)  # every generate body, as sent
     abort_requests: list[str] = field(default_factory=list)
@@ -51,6 +55,8 @@ class ScaleOutWorker:
         elif path == "/health":
             self.health_checks += 1
             await _answer(send, 200 if self.healthy else 503, b"")
+        elif path == "/metrics" and self.metrics_broken:
+            await _answer(send, 500, b"")
         elif path == "/metrics":
             await _answer(send, 200, f'vllm:num_requests_waiting{{engine="0",model_name="{self.model}"}} '
                                      f'{self.waiting}.0\n'.encode())
@@ -75,11 +81,16 @@ class ScaleOutWorker:
                             return  # the client left: closing the iterator aborts the engine's request
                         prompt_tokens = step.prompt_tokens or prompt_tokens
                         cached = max(cached, step.cached_tokens)
-                        await _chunk(send, _step_chunk(request.request_id, step))
-                        self.chunks_sent += 1
                         if self.drop_after is not None and self.chunks_sent >= self.drop_after:
                             self.healthy = False  # dead: its /health no longer answers 200
                             raise ConnectionAbortedError("the worker died")  # uvicorn breaks the connection
+                        await _chunk(send, _step_chunk(request.request_id, step))
+                        self.chunks_sent += 1
+                        if self.on_chunk is not None:
+                            self.on_chunk(self.chunks_sent)
+                        if self.hang_after is not None and self.chunks_sent >= self.hang_after:
+                            await gone  # stuck until the client leaves
+                            return
                 except ConnectionAbortedError:
                     raise
                 except Exception as exc:  # as vLLM streams a generation error

@@ -59,3 +59,42 @@ def steps_from_tokens(token_ids: list[int], cuts: list[int], finish: Any = "stop
     chunks = [token_ids[a:b] for a, b in zip(bounds, bounds[1:])] or [[]]
     return [EngineStep(token_ids=chunk, finish_reason=finish if i == len(chunks) - 1 else None)
             for i, chunk in enumerate(chunks)]
+
+
+@dataclass
+class ContinuingEngine:
+    """An engine double that answers `answer` from wherever its prompt leaves off, `per_step` tokens a step: a peer
+    asked to go on after a lost worker (the prompt ending with the tokens generated so far) plays the rest, as a
+    deterministic model would. Its requests are kept."""
+
+    tokenizer: Any
+    answer: list[int]
+    per_step: int = 2
+    max_model_len: int = 8192
+    model_type: str | None = None
+    sampling_defaults: dict[str, float] = field(default_factory=dict)
+    input_modalities: tuple[str, ...] = ("text",)
+    image_placeholder: str | None = None
+    requests: list[EngineRequest] = field(default_factory=list)
+
+    def done_already(self, prompt: list[int]) -> int:
+        """How much of the answer the prompt ends with."""
+        return next(count for count in range(len(self.answer), -1, -1)
+                    if count == 0 or prompt[-count:] == self.answer[:count])
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
+        self.requests.append(request)
+        rest = self.answer[self.done_already(request.prompt_token_ids):][:request.sampling.max_tokens]
+        for start in range(0, len(rest), self.per_step):
+            await asyncio.sleep(0)
+            last = start + self.per_step >= len(rest)
+            yield EngineStep(rest[start:start + self.per_step], finish_reason="stop" if last else None)
+
+    async def prefill(self, request: EngineRequest) -> Prefilled:
+        return Prefilled(len(request.prompt_token_ids))
+
+    async def prompt_length(self, request: EngineRequest) -> int:
+        return len(request.prompt_token_ids)
+
+    async def shutdown(self) -> None:
+        return None

@@ -4,7 +4,7 @@ remote engine; routing, faults, many models and the prefix cache's salts. The re
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -15,6 +15,7 @@ from conformance.contract import validate_events
 from server.config import ServerConfig
 from server.engine.interface import EngineUnavailable
 from server.engine.remote import WORKER_LOST, RemoteEngine, WorkerMismatch
+from server.engine.stall import StallLimits
 from server.engine.workers import Worker, WorkerSet
 from server.history.sealing import Sealer
 from server.http.app import create_app
@@ -23,8 +24,9 @@ from server.model_settings import ModelSettings
 from server.runs.context import ServingContext
 from tests.stores import sqlite_records
 from tests.conftest import serve_asgi, serve_in_thread
+from tests.fault_proxy import fault_proxy
 from tests.scale_out_worker import ScaleOutWorker
-from tests.scripted_engine import ScriptedEngine, steps_from_tokens
+from tests.scripted_engine import ContinuingEngine, ScriptedEngine, steps_from_tokens
 from tests.sse import events_of, parse_frames
 
 SMALL, OTHER = "small", "other"
@@ -35,13 +37,13 @@ def test_every_gateway_sends_a_key_to_the_same_worker_and_only_a_departed_worker
     first, second = WorkerSet.of(SMALL, urls), WorkerSet.of(SMALL, list(reversed(urls)))
     for workers in (first, second):
         for worker in workers.workers:
-            worker.up = True
+            worker.came_up()
     keys = [f"session-{n}" for n in range(64)]
     chosen = {key: first.choose(key).url for key in keys}
     assert chosen == {key: second.choose(key).url for key in keys}  # no word between the gateways
     assert len(set(chosen.values())) == 4  # the keys spread over the workers
     gone = first.workers[0]
-    gone.went_down("test")
+    gone.refused("test")
     moved = {key for key in keys if first.choose(key).url != chosen[key]}
     assert moved == {key for key in keys if chosen[key] == gone.url}
 
@@ -49,7 +51,7 @@ def test_every_gateway_sends_a_key_to_the_same_worker_and_only_a_departed_worker
 def test_a_saturated_worker_passes_its_turns_to_the_least_loaded_and_none_up_is_unavailable() -> None:
     workers = WorkerSet.of(SMALL, ["http://a", "http://b"], max_waiting=4)
     for worker in workers.workers:
-        worker.up = True
+        worker.came_up()
     key = "k"
     home = workers.choose(key)
     other = next(worker for worker in workers.workers if worker is not home)
@@ -58,7 +60,7 @@ def test_a_saturated_worker_passes_its_turns_to_the_least_loaded_and_none_up_is_
     home.waiting = 4
     assert workers.choose(key) is other
     for worker in workers.workers:
-        worker.went_down("test")
+        worker.refused("test")
     with pytest.raises(EngineUnavailable, match="No engine worker of the model 'small' is up"):
         workers.choose(key)
 
@@ -72,25 +74,32 @@ def test_waiting_requests_are_read_from_the_workers_metrics_for_its_model() -> N
 
 
 class Fleet:
-    """The app serving two models on worker doubles: SMALL on two workers, OTHER on one."""
+    """The app serving two models on worker doubles: SMALL on two workers, OTHER on one. With `proxied`, SMALL's
+    workers are reached through fault proxies (`proxies`); `small_engine` runs SMALL instead of a scripted engine."""
 
-    def __init__(self, tokenizer: Any, stack: ExitStack, sealer: Sealer, store: Path, **config: Any) -> None:
+    def __init__(self, tokenizer: Any, stack: ExitStack, sealer: Sealer, store: Path, proxied: bool = False,
+                 limits: StallLimits = StallLimits(), small_engine: Any = None, **config: Any) -> None:
         self.engines = {name: ScriptedEngine(tokenizer=tokenizer, scripts=[[]]) for name in (SMALL, OTHER)}
+        if small_engine is not None:
+            self.engines[SMALL] = small_engine
         self.workers = [ScaleOutWorker(self.engines[SMALL], SMALL), ScaleOutWorker(self.engines[SMALL], SMALL),
                         ScaleOutWorker(self.engines[OTHER], OTHER)]
         ports = [stack.enter_context(serve_asgi(worker)) for worker in self.workers]
+        self.proxies = [stack.enter_context(contextmanager(fault_proxy)(port)) for port in ports[:2]] if proxied else []
+        ports[:len(self.proxies)] = [proxy.port for proxy in self.proxies]
         self.urls = [f"http://127.0.0.1:{port}" for port in ports]
         small, other = WorkerSet.of(SMALL, self.urls[:2]), WorkerSet.of(OTHER, self.urls[2:])
-        starts = (ModelStart(ModelSettings(SMALL), self._start(small, tokenizer), small),
-                  ModelStart(ModelSettings(OTHER), self._start(other, tokenizer), other))
+        self.small = small
+        starts = (ModelStart(ModelSettings(SMALL), self._start(small, tokenizer, limits), small),
+                  ModelStart(ModelSettings(OTHER), self._start(other, tokenizer, limits), other))
         self.context = ServingContext(config=ServerConfig(served_model_name=SMALL, **config), model_starts=starts,
                                       sealer=sealer, records=sqlite_records(store))
         self.base_url = stack.enter_context(serve_in_thread(create_app(self.context)))
 
     @staticmethod
-    def _start(workers: WorkerSet, tokenizer: Any) -> Any:
+    def _start(workers: WorkerSet, tokenizer: Any, limits: StallLimits) -> Any:
         def start() -> RemoteEngine:
-            engine = RemoteEngine(workers, tokenizer, health_seconds=0.2)
+            engine = RemoteEngine(workers, tokenizer, health_seconds=0.2, limits=limits)
             engine.probe_all()
             engine.watch()
             return engine
@@ -164,31 +173,151 @@ def test_conversations_spread_over_the_workers_by_their_keys(fleet: Fleet, token
         assert _sent_to(fleet, before) == [sent[n]]
 
 
-def test_a_worker_that_dies_mid_stream_fails_its_response_and_its_turns_go_to_its_peer(
+ANSWER = "The capital of France is Paris, of course, and it has been for a very long time indeed."
+
+
+def _continuing(tokenizer: Any) -> ContinuingEngine:
+    return ContinuingEngine(tokenizer, tokenizer.encode(ANSWER, add_special_tokens=False) + [tokenizer.eos_token_id])
+
+
+def _home(fleet: Fleet, key: str) -> int:
+    return fleet.urls.index(fleet.small.choose(key).url)
+
+
+def _deltas(events: list[dict[str, Any]]) -> str:
+    return "".join(event["delta"] for event in events if event["type"] == "response.output_text.delta")
+
+
+def test_a_worker_that_dies_mid_stream_hands_its_stream_to_its_peer_and_its_turns_follow(
+        tokenizer: Any, tmp_path: Path) -> None:
+    """The peer goes on from the prompt and the tokens already generated, with the budget left: the client sees one
+    stream, its text whole, each token counted once; the chain's turns go to the peer while the worker is down."""
+    with ExitStack() as stack:
+        engine = _continuing(tokenizer)
+        fleet = Fleet(tokenizer, stack, SEALER, tmp_path / "r.db", small_engine=engine)
+        quiet = validate_events(fleet.stream(input="Where?", prompt_cache_key="k", max_output_tokens=100))
+        home = _home(fleet, "k")
+        fleet.workers[home].drop_after, fleet.workers[home].chunks_sent = 3, 0
+        before = len(engine.requests)
+        events = fleet.stream(input="Where?", prompt_cache_key="k", max_output_tokens=100)
+        final = validate_events(events)
+        assert events[-1]["type"] == "response.completed" and final.output_text == quiet.output_text == ANSWER
+        assert _deltas(events) == ANSWER  # no delta lost or sent twice
+        assert final.usage is not None and quiet.usage is not None
+        assert (final.usage.input_tokens, final.usage.output_tokens) == (quiet.usage.input_tokens,
+                                                                         quiet.usage.output_tokens)
+        first, resumed = engine.requests[before:]
+        generated = resumed.prompt_token_ids[len(first.prompt_token_ids):]
+        assert resumed.prompt_token_ids[:len(first.prompt_token_ids)] == first.prompt_token_ids
+        assert generated == engine.answer[:len(generated)] and len(generated) >= 2
+        assert resumed.sampling.max_tokens == first.sampling.max_tokens - len(generated)
+        stored = httpx.get(f"{fleet.base_url}/responses/{final.id}").json()
+        assert stored["status"] == "completed" and stored["output"][0]["content"][0]["text"] == ANSWER
+        deadline = time.monotonic() + 10
+        while fleet.small.workers[home].condition.value != "down" and time.monotonic() < deadline:
+            time.sleep(0.1)  # its /health fails twice
+        sent = len(fleet.workers[home].bodies)
+        again = validate_events(fleet.stream(input="More?", previous_response_id=final.id, prompt_cache_key="k"))
+        assert again.status == "completed" and len(fleet.workers[home].bodies) == sent  # on the peer
+        fleet.workers[home].healthy, fleet.workers[home].drop_after = True, None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # its health is back: the key goes home again
+            sent = len(fleet.workers[home].bodies)
+            validate_events(fleet.stream(input="More?", prompt_cache_key="k"))
+            if len(fleet.workers[home].bodies) > sent:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the worker was not used again once its health came back")
+
+
+def test_a_hung_worker_is_found_by_its_silence_and_its_stream_moves(tokenizer: Any, tmp_path: Path) -> None:
+    """Its engine stuck mid-stream while its /health still answers 200 (vLLM's can): the idle timeout moves the
+    stream to the peer; it is suspected, not yet ejected (one failure)."""
+    with ExitStack() as stack:
+        fleet = Fleet(tokenizer, stack, SEALER, tmp_path / "r.db", small_engine=_continuing(tokenizer),
+                      limits=StallLimits(first_token_seconds=30, idle_seconds=0.5))
+        home = _home(fleet, "k")
+        fleet.workers[home].hang_after = 2
+        events = fleet.stream(input="Where?", prompt_cache_key="k", max_output_tokens=100)
+        assert events[-1]["type"] == "response.completed" and _deltas(events) == ANSWER
+        worker = fleet.small.workers[home]
+        assert worker.condition.value == "suspected" and worker.failures == 1
+
+
+def test_a_worker_cut_off_without_a_reset_loses_its_stream_to_the_peer(tokenizer: Any, tmp_path: Path) -> None:
+    """A black hole between the gateway and the worker (a node lost without a reset): nothing arrives, the stream
+    moves to the peer, and the worker is taken out of rotation once its health checks time out too."""
+    with ExitStack() as stack:
+        fleet = Fleet(tokenizer, stack, SEALER, tmp_path / "r.db", proxied=True, small_engine=_continuing(tokenizer),
+                      limits=StallLimits(first_token_seconds=30, idle_seconds=1.0))
+        home = _home(fleet, "k")
+        proxy = fleet.proxies[home]
+        fleet.workers[home].on_chunk = lambda sent: proxy.set("black_hole") if sent == 2 else None
+        events = fleet.stream(input="Where?", prompt_cache_key="k", max_output_tokens=100)
+        assert events[-1]["type"] == "response.completed" and _deltas(events) == ANSWER
+        deadline = time.monotonic() + 15
+        while fleet.small.workers[home].in_rotation and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert fleet.small.workers[home].condition.value == "down"
+        for _ in range(3):  # its turns go to the peer, no time lost on it
+            assert fleet.stream(input="Again?", prompt_cache_key="k")[-1]["type"] == "response.completed"
+        proxy.set("pass")
+
+
+def test_failures_before_the_worker_answered_are_retried_on_the_peer_and_eject_it(
+        tokenizer: Any, tmp_path: Path) -> None:
+    """A 503 (a router or a draining worker) and a reset connection: each turn goes to the next worker of its key's
+    order and completes; three in a row take the worker out of rotation, its turns then going to the peer at once."""
+    from prometheus_client import REGISTRY
+
+    def retries(reason: str) -> float:
+        return REGISTRY.get_sample_value("responses_server_engine_retries_total",
+                                         {"model": SMALL, "reason": reason}) or 0.0
+
+    with ExitStack() as stack:
+        fleet = Fleet(tokenizer, stack, SEALER, tmp_path / "r.db", proxied=True, small_engine=_continuing(tokenizer))
+        home = _home(fleet, "k")
+        proxy, worker = fleet.proxies[home], fleet.small.workers[home]
+        proxy.set("reset_once")
+        before = retries("reset")
+        assert _deltas(fleet.stream(input="Where?", prompt_cache_key="k", max_output_tokens=100)) == ANSWER
+        assert retries("reset") == before + 1 and worker.condition.value == "suspected"
+        proxy.set("status_503")
+        before = retries("status")
+        for _ in range(3):
+            assert _deltas(fleet.stream(input="Where?", prompt_cache_key="k", max_output_tokens=100)) == ANSWER
+        assert retries("status") == before + 2 and worker.condition.value == "ejected"  # the third: ejected first
+        assert not fleet.workers[home].bodies  # none of it reached the worker
+        connections = proxy.connections
+        assert fleet.stream(input="Where?", prompt_cache_key="k")[-1]["type"] == "response.completed"
+        assert proxy.connections == connections  # ejected: not tried
+
+
+def test_a_constrained_stream_whose_worker_dies_after_output_ends_failed_and_before_it_restarts(
         fleet: Fleet, tokenizer: Any) -> None:
-    fleet.play(SMALL, _answer(tokenizer, "The capital of France is Paris, of course."))
-    first = validate_events(fleet.stream(input="Where?"))
-    home = _sent_to(fleet, [0, 0, 0])[0]
-    fleet.workers[home].drop_after, fleet.workers[home].chunks_sent = 2, 0
-    events = fleet.stream(input="More?", previous_response_id=first.id)
+    """A grammar's state cannot be restated on a peer from tokens in its prompt: once output went out, the response
+    ends failed as the client was told (one terminal event, stored); lost before its first token, it starts again
+    on the peer."""
+    schema = {"format": {"type": "json_schema", "name": "x", "strict": True, "schema": {
+        "type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"], "additionalProperties": False}}}
+    answer = tokenizer.encode('{"a": "Paris is the capital of France"}', add_special_tokens=False)
+    fleet.play(SMALL, steps_from_tokens(answer + [tokenizer.eos_token_id], cuts=list(range(2, 40, 2))))
+    home = _home(fleet, "json")
+    fleet.workers[home].drop_after, fleet.workers[home].chunks_sent = 3, 0
+    events = fleet.stream(input="Where?", prompt_cache_key="json", text=schema)
     failed = validate_events(events)
-    assert events[-1]["type"] == "response.failed" and failed.error is not None
-    assert failed.error.message == WORKER_LOST
+    assert events[-1]["type"] == "response.failed" and failed.error is not None and failed.error.message == WORKER_LOST
     stored = httpx.get(f"{fleet.base_url}/responses/{failed.id}").json()
-    assert stored["status"] == "failed" and stored["error"]["message"] == WORKER_LOST  # what the client was told
-    before = _counts(fleet)
-    again = validate_events(fleet.stream(input="More?", previous_response_id=first.id))
-    assert again.status == "completed" and _sent_to(fleet, before) == [1 - home]
-    fleet.workers[home].healthy, fleet.workers[home].drop_after = True, None
+    assert stored["status"] == "failed" and stored["error"]["message"] == WORKER_LOST
+    fleet.workers[home].healthy = True
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:  # its health is back: the chain goes home again
-        before = _counts(fleet)
-        validate_events(fleet.stream(input="More?", previous_response_id=first.id))
-        if _sent_to(fleet, before) == [home]:
-            break
-        time.sleep(0.2)
-    else:
-        raise AssertionError("the worker was not used again once its health came back")
+    while fleet.small.workers[home].condition.value != "up" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    fleet.workers[home].drop_after, fleet.workers[home].chunks_sent = 0, 0  # dies at its first chunk
+    events = fleet.stream(input="Where?", prompt_cache_key="json", text=schema)
+    assert events[-1]["type"] == "response.completed", events[-1]
+    assert validate_events(events).output_text == '{"a": "Paris is the capital of France"}'
 
 
 def test_every_worker_of_a_model_down_is_a_503_and_the_other_model_still_answers(fleet: Fleet, tokenizer: Any) -> None:
@@ -238,7 +367,7 @@ def test_a_worker_serving_another_model_is_refused_at_start_naming_both(tokenize
             remote.probe_all()
     unreachable = RemoteEngine(WorkerSet.of(SMALL, [f"http://127.0.0.1:{port}"]), tokenizer)
     unreachable.probe_all()  # reported, not fatal: it is watched until it comes up
-    assert not unreachable.workers.up()
+    assert not unreachable.workers.in_rotation()
 
 
 def test_a_projects_priority_reaches_the_engine_and_a_keys_own_wins(tokenizer: Any, tmp_path: Path) -> None:
@@ -273,7 +402,7 @@ def test_a_worker_dead_before_its_health_check_noticed_costs_a_turn_nothing(toke
         dead, live = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{port}"
         remote = RemoteEngine(WorkerSet.of(SMALL, [dead, live]), tokenizer)
         for worker in remote.workers.workers:
-            worker.up = True  # as the last health check saw them
+            worker.came_up()  # as the last health check saw them
         key = next(f"k{n}" for n in range(100) if remote.workers.choose(f"k{n}").url == dead)
 
         async def run() -> list[int]:
@@ -283,7 +412,7 @@ def test_a_worker_dead_before_its_health_check_noticed_costs_a_turn_nothing(toke
             return tokens
 
         assert tokenizer.decode(asyncio.run(run()), skip_special_tokens=True) == "Alive."
-        assert [worker.url for worker in remote.workers.up()] == [live]
+        assert [worker.url for worker in remote.workers.in_rotation()] == [live]
 
 
 def test_a_workers_connection_serves_one_request_after_another(tokenizer: Any) -> None:
@@ -297,7 +426,7 @@ def test_a_workers_connection_serves_one_request_after_another(tokenizer: Any) -
     worker = ScaleOutWorker(engine, SMALL)
     with serve_asgi(worker) as port:
         remote = RemoteEngine(WorkerSet.of(SMALL, [f"http://127.0.0.1:{port}"]), tokenizer)
-        remote.workers.workers[0].up = True
+        remote.workers.workers[0].came_up()
 
         async def run() -> list[str]:
             texts = []
@@ -342,15 +471,17 @@ def test_a_worker_that_just_answered_a_request_is_not_asked_for_its_health(token
         assert asyncio.run(run()) == [1, 1, 2]
 
 
-def test_a_worker_streaming_to_the_gateway_is_not_asked_for_its_health(tokenizer: Any) -> None:
-    """A worker in the middle of a stream (a long prefill: nothing heard for many intervals) is up as far as this
-    gateway needs: were it to die, the stream would break and mark it down. Once it streams nothing, it is checked."""
+def test_a_streaming_worker_silent_for_an_interval_is_asked_for_its_health_and_a_slow_metrics_is_no_fault(
+        tokenizer: Any) -> None:
+    """A worker that sent a byte within the interval is not asked (a busy gateway spends nothing on probes); one in
+    the middle of a stream that sent nothing for longer (a long prefill, or a hung engine) is. Its /metrics failing
+    says nothing of its liveness: it stays in rotation."""
     import asyncio
 
     from server.engine.interface import EngineRequest, SamplingSettings
 
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[_answer(tokenizer, "Up.")])
-    worker = ScaleOutWorker(engine, SMALL)
+    worker = ScaleOutWorker(engine, SMALL, metrics_broken=True)
     with serve_asgi(worker) as port:
         remote = RemoteEngine(WorkerSet.of(SMALL, [f"http://127.0.0.1:{port}"]), tokenizer, health_seconds=60)
         remote.probe_all()  # up (its /v1/models read)
@@ -359,15 +490,104 @@ def test_a_worker_streaming_to_the_gateway_is_not_asked_for_its_health(tokenizer
         async def run() -> list[int]:
             checks = []
             steps = remote.generate(EngineRequest("resp_1", [1, 2, 3], SamplingSettings(max_tokens=8)))
-            await anext(steps)  # streaming
+            await anext(steps)  # streaming, a byte just heard
+            await remote._probe(seen, read_load=True)
+            checks.append(worker.health_checks)
             seen.heard_at -= 61  # as after a prefill longer than an interval
-            await remote._probe(seen, read_load=False)
+            await remote._probe(seen, read_load=True)
             checks.append(worker.health_checks)
             assert [step async for step in steps]  # the stream ends
-            seen.heard_at -= 61
-            await remote._probe(seen, read_load=False)
-            checks.append(worker.health_checks)
             await remote.shutdown()
             return checks
 
         assert asyncio.run(run()) == [0, 1]
+        assert seen.in_rotation and seen.condition.value == "up"
+
+
+def test_consecutive_failures_eject_a_worker_for_longer_each_time_within_the_share_and_panic_tries_all() -> None:
+    from server.engine.workers import Condition, OutlierPolicy
+
+    policy = OutlierPolicy(failures_to_eject=2, ejection_seconds=10, max_ejection_seconds=25, max_ejected_share=0.5)
+    workers = WorkerSet.of(SMALL, [f"http://w{n}" for n in range(4)], policy=policy)
+    for worker in workers.workers:
+        worker.came_up()
+    first, second, third, fourth = workers.workers
+    workers.failed(first, "reset")
+    assert first.condition is Condition.SUSPECTED and first.in_rotation
+    first.answered()  # one success forgives
+    assert first.condition is Condition.UP
+    lengths = []
+    for _ in range(3):
+        workers.failed(first, "reset")
+        workers.failed(first, "reset")
+        assert first.condition is Condition.EJECTED and first not in workers.order("k")[:3]
+        lengths.append(round(first.ejected_until - time.monotonic()))
+        first.probe_passed()  # its time is not over: still out
+        assert first.condition is Condition.EJECTED
+        first.ejected_until = time.monotonic() - 1
+        first.probe_passed()
+        assert first.condition is Condition.UP
+    assert lengths == [10, 20, 25]  # longer each time, up to the most
+    for worker in (first, second, third):
+        workers.failed(worker, "timeout")
+        workers.failed(worker, "timeout")
+    assert [worker.condition for worker in workers.workers] == [Condition.EJECTED, Condition.EJECTED,
+                                                                 Condition.SUSPECTED, Condition.UP]  # two of four
+    for worker in (third, fourth):
+        worker.refused("gone")
+    assert workers.alive() and workers.order("k")[0] in (first, second)  # panic: the ejected are tried
+    for worker in (first, second):
+        worker.refused("gone")
+    assert not workers.alive() and len(workers.order("k")) == 4
+    with pytest.raises(EngineUnavailable):
+        workers.choose("k")
+
+
+def test_one_worker_alone_is_never_ejected_and_a_health_check_must_fail_twice() -> None:
+    """One `engines` URL (a router, a Service): a blip never takes the model out."""
+    from server.engine.workers import Condition
+
+    workers = WorkerSet.of(SMALL, ["http://router"])
+    (router,) = workers.workers
+    router.came_up()
+    for _ in range(10):
+        workers.failed(router, "reset")
+    assert router.condition is Condition.SUSPECTED and workers.order(None) == [router]
+    router.probe_failed("timed out")
+    assert router.condition is Condition.SUSPECTED
+    router.probe_failed("timed out")
+    assert router.condition is Condition.DOWN
+    router.probe_passed()
+    assert router.condition is Condition.UP
+
+
+def test_retries_in_flight_are_bounded_by_a_share_of_requests_in_flight() -> None:
+    from server.engine.retries import RetryBudget
+
+    budget = RetryBudget(share=0.2, minimum=3, requests=50)
+    allowed = 0
+    while budget.allows():
+        budget.retries += 1
+        allowed += 1
+    assert allowed == 10
+    assert RetryBudget(share=0.2, minimum=3, requests=1).allows()
+
+
+def test_a_resumed_request_carries_the_output_so_far_and_counts_each_token_once() -> None:
+    from server.engine.interface import EngineRequest, EngineStep, SamplingSettings
+    from server.engine.resumption import Progress
+
+    request = EngineRequest("r", [1, 2, 3], SamplingSettings(max_tokens=5))
+    progress = Progress(request)
+    assert progress.after_loss() == "restart" and progress.next_attempt() is request
+    progress.seen(EngineStep([7, 8]))
+    assert progress.after_loss() == "resume"
+    peer = progress.next_attempt()
+    assert peer is not None and peer.prompt_token_ids == [1, 2, 3, 7, 8] and peer.sampling.max_tokens == 3
+    last = progress.seen(EngineStep([9], "stop", cached_tokens=5, prompt_tokens=5))
+    assert (last.prompt_tokens, last.cached_tokens) == (3, 3)
+    progress.seen(EngineStep([10, 11]))
+    assert progress.next_attempt() is None  # the whole budget generated
+    constrained = Progress(EngineRequest("c", [1], SamplingSettings(max_tokens=5, structural_tag="{}")))
+    constrained.seen(EngineStep([4]))
+    assert constrained.after_loss() == "lost"

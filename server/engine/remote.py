@@ -3,8 +3,10 @@
 The gateway renders, tokenizes and parses as for the engine in its process; a worker only generates: token ids in,
 token ids out (and a model that sees, its images beside them). The model's tokenizer, config and generation defaults
 are read from its `path` on the gateway.
-A worker that cannot be reached is marked down (its streams end as failed responses, new turns go to its peers)
-and used again once its /health answers; closing a request's steps aborts it on its worker.
+Each worker's condition is workers.py's state machine, fed by health checks and by requests alike; a request tries the
+workers in its affinity's order: one lost before it answered is retried on the next (under a retry budget), one lost
+after goes on on a peer as resumption.py decides. A stream that sends nothing for too long (stall.py) is lost too.
+Closing a request's steps aborts it on its worker.
 """
 
 from __future__ import annotations
@@ -21,9 +23,13 @@ import httpx
 
 from server.engine.interface import EngineRequest, EngineStep, EngineUnavailable, Prefilled, prefill_by_generating
 from server.engine.model_inputs import ModelInputs
+from server.engine.resumption import Progress
+from server.engine.retries import RetryBudget
 from server.engine.scale_out import (ABORT_PATH, GENERATE_PATH, ChunkReader, WorkerError, generate_body,
                                      sse_payloads)
-from server.engine.workers import Worker, WorkerSet
+from server.engine.stall import StallLimits, StallWatch
+from server.engine.workers import Condition, Worker, WorkerSet
+from server.metrics import ENGINE_RETRIES, ENGINE_STREAMS_MOVED
 
 logger = logging.getLogger(__name__)
 CONNECT_SECONDS = 2.0  # a worker that does not accept a connection within this is down
@@ -33,11 +39,20 @@ PROBE_SECONDS = 2.0  # /health, /metrics and /v1/models must answer within this
 LOAD_EVERY = 5
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)  # the worker's connection failed or timed out
 ENGINE_ID_PREFIX = "generate-tokens-"  # the worker's name for a request it was sent as `request_id`
+KEEPALIVE_SECONDS = 3.0  # an idle connection to a worker is closed after this: less than vLLM's own 5 s
+RETRIED_STATUSES = (429, 502, 503, 504)  # a worker or router that answers these did not take the request
 WORKER_LOST = "The engine worker running this response stopped answering; send the request again."
+BUSY = "No engine worker of the model '{model}' could take the request; try again shortly."
 
 
-class _Refused(Exception):
-    """The worker refused the connection: the request never reached it."""
+class _Lost(Exception):
+    """A worker failed a request: before it answered (nothing reached the client from it), or in its stream."""
+
+    def __init__(self, problem: str, reason: str, before_answer: bool = False, counts: bool = True) -> None:
+        super().__init__(problem)
+        self.reason = reason  # refused, reset, timeout, status
+        self.before_answer = before_answer
+        self.counts = counts  # a failure of the worker's (a 429 says it is busy, not sick)
 
 
 class WorkerMismatch(ValueError):
@@ -53,9 +68,10 @@ class RemoteEngine:
     def __init__(self, workers: WorkerSet, tokenizer: Any, model_type: str | None = None,
                  sampling_defaults: dict[str, float] | None = None, max_model_len: int | None = None,
                  config_window: int | None = None, health_seconds: float = 2.0, vocab_size: int | None = None,
-                 inputs: ModelInputs | None = None) -> None:
+                 inputs: ModelInputs | None = None, limits: StallLimits = StallLimits(),
+                 budget: RetryBudget | None = None) -> None:
         """`max_model_len`: the operator's window (None: the smallest its workers report, else `config_window`);
-        `inputs`: what the model reads (None: text)."""
+        `inputs`: what the model reads (None: text); `limits`: how long a stream may send nothing."""
         self.workers = workers
         self.tokenizer = tokenizer
         self.model_type = model_type
@@ -67,6 +83,8 @@ class RemoteEngine:
         self._config_window = config_window
         self._vocab_size = vocab_size
         self._health_seconds = health_seconds
+        self._limits = limits
+        self.budget = budget or RetryBudget()
         self._session: aiohttp.ClientSession | None = None  # made in the serving event loop, at its first use
         self._watching: asyncio.Task[None] | None = None
         self._checks = 0
@@ -74,14 +92,15 @@ class RemoteEngine:
 
     @classmethod
     def for_model(cls, path: str, workers: WorkerSet, max_model_len: int | None = None,
-                  health_seconds: float = 2.0) -> "RemoteEngine":
+                  health_seconds: float = 2.0, limits: StallLimits = StallLimits(),
+                  budget: RetryBudget | None = None) -> "RemoteEngine":
         """The engine of the model whose tokenizer, config and generation defaults are at `path` on the gateway."""
         from server.engine.vllm_engine import load_tokenizer, model_sampling_defaults
 
         config = _model_config(path)
         return cls(workers, load_tokenizer(path), config.get("model_type"), model_sampling_defaults(path),
                    max_model_len, config.get("max_position_embeddings"), health_seconds, config.get("vocab_size"),
-                   ModelInputs.for_model(path, max_model_len))
+                   ModelInputs.for_model(path, max_model_len), limits, budget)
 
     @property
     def max_model_len(self) -> int:
@@ -100,12 +119,12 @@ class RemoteEngine:
                     _check_served(worker, client.get(f"{worker.url}/v1/models").json(), self.workers.model)
                     worker.came_up()
                 except httpx.HTTPError as exc:
-                    worker.went_down(f"not reachable at start ({exc.__class__.__name__}); retried every "
-                                     f"{self._health_seconds:g} s")
+                    worker.refused(f"not reachable at start ({exc.__class__.__name__}); retried every "
+                                   f"{self._health_seconds:g} s")
                 except ValueError as exc:
                     if isinstance(exc, WorkerMismatch):
                         raise
-                    worker.went_down(f"its /v1/models answer is not vLLM's: {exc}")
+                    worker.refused(f"its /v1/models answer is not vLLM's: {exc}")
 
     def watch(self) -> None:
         """Starts reading each worker's health and load every `health_seconds` (inside the running event loop)."""
@@ -120,29 +139,35 @@ class RemoteEngine:
             await asyncio.sleep(self._health_seconds)
 
     async def _probe(self, worker: Worker, read_load: bool) -> None:
-        """One look at a worker: down unless /health answers 200; a worker that comes back is checked to serve the
-        model still. With `read_load`, its waiting requests from /metrics (read while this gateway has requests on
-        the model: that is when turns are being placed; an idle gateway forgets them). A worker that answered a
-        request within the interval is up: its /health is not asked (a busy gateway spends nothing on probes)."""
-        if not read_load and worker.heard_within(self._health_seconds):
-            return
-        try:
-            status, _ = await self._get(f"{worker.url}/health")
-            if status != 200:
-                worker.went_down(f"/health answered {status}")
-                return
-            if not worker.up:
-                _, models = await self._get(f"{worker.url}/v1/models")
-                _check_served(worker, json.loads(models), self.workers.model)
-            if read_load:
+        """One look at a worker. Liveness: its /health, unless it sent this gateway a byte of an answer within the
+        interval (a worker streaming nothing for longer, in a long prefill or hung, is asked); one coming back from
+        down is checked to serve the model still. Load, apart: with `read_load`, its waiting requests from /metrics
+        (read while this gateway has requests on the model); a /metrics that fails or is slow under load says
+        nothing of liveness."""
+        if not worker.heard_within(self._health_seconds):
+            await self._check_health(worker)
+        if read_load and worker.in_rotation:
+            with suppress(*TRANSPORT_ERRORS, ValueError):
                 status, metrics = await self._get(f"{worker.url}/metrics")
                 if status == 200:
                     self.workers.update_waiting(worker, metrics.decode(errors="replace"))
-            elif not self.workers.busy():
-                worker.waiting = 0  # not known now: read again once turns are placed
-            worker.came_up()
+        elif not self.workers.busy():
+            worker.waiting = 0  # not known now: read again once turns are placed
+
+    async def _check_health(self, worker: Worker) -> None:
+        try:
+            status, _ = await self._get(f"{worker.url}/health")
+            if status != 200:
+                worker.probe_failed(f"/health answered {status}")
+                return
+            if worker.condition is Condition.DOWN:
+                _, models = await self._get(f"{worker.url}/v1/models")
+                _check_served(worker, json.loads(models), self.workers.model)
+            worker.probe_passed()
+        except aiohttp.ClientConnectorError as exc:
+            worker.probe_failed(f"{exc.__class__.__name__}: {exc}", refused=True)
         except (*TRANSPORT_ERRORS, ValueError) as exc:
-            worker.went_down(str(exc) or exc.__class__.__name__)
+            worker.probe_failed(str(exc) or exc.__class__.__name__)
 
     async def _get(self, url: str) -> tuple[int, bytes]:
         """The answer's status and body, asked uncompressed: the session does not decompress, and a /metrics served
@@ -152,67 +177,135 @@ class RemoteEngine:
             return answer.status, await answer.read()
 
     def _http(self) -> aiohttp.ClientSession:
-        """The session to the workers: no limit on connections, each kept for the next request."""
+        """The session to the workers: no limit on connections, each kept idle for less than a worker keeps it
+        (vLLM's uvicorn closes an idle one after 5 s: reusing one it closed meets a reset)."""
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60),
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_SECONDS), auto_decompress=False)
         return self._session
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
-        """The request's steps from the worker its affinity chooses; a worker that refuses the connection (dead
-        before the health check noticed) is marked down and the next choice is tried, as nothing was generated."""
+        """The request's steps from the workers in its affinity's order. A worker lost before it answered is
+        replaced by the next (under the retry budget); one lost after goes on as `Progress` decides (resumption.py):
+        on a peer, from the tokens already generated, with the budget left; or the response ends failed."""
         images = await self.inputs.content_parts(request)  # once, whichever worker takes the request
-        for _ in self.workers.workers:
-            worker = self.workers.choose(request.affinity)
-            try:
-                async for step in self._generate_on(worker, request, images):
-                    yield step
-                return
-            except _Refused:
-                continue
-        raise EngineUnavailable(f"No engine worker of the model '{self.workers.model}' is up; try again shortly.")
+        progress, tried, retrying = Progress(request), set[Worker](), False
+        self.budget.requests += 1
+        try:
+            while True:
+                attempt = progress.next_attempt()
+                if attempt is None:  # lost with its whole budget generated: it ended as it would have
+                    yield progress.budget_spent()
+                    return
+                worker = self._next_worker(request.affinity, tried, progress)
+                tried.add(worker)
+                try:
+                    async for step in self._generate_on(worker, attempt, images):
+                        yield progress.seen(step)
+                    return
+                except _Lost as lost:
+                    if lost.before_answer and lost.reason != "refused" and not retrying:
+                        if not self.budget.allows():
+                            ENGINE_RETRIES.labels(self.workers.model, "over_budget").inc()
+                            raise EngineUnavailable(BUSY.format(model=self.workers.model)) from lost
+                        retrying = True
+                        self.budget.retries += 1
+                    self._moving(lost, progress)
+        finally:
+            self.budget.requests -= 1
+            self.budget.retries -= retrying
+
+    def _next_worker(self, affinity: str | None, tried: set[Worker], progress: Progress) -> Worker:
+        """The first of the affinity's order not tried yet for this request."""
+        for worker in self.workers.order(affinity):
+            if worker not in tried:
+                return worker
+        if progress.generated:
+            raise EngineUnavailable(WORKER_LOST)
+        raise EngineUnavailable(BUSY.format(model=self.workers.model))
+
+    def _moving(self, lost: "_Lost", progress: Progress) -> None:
+        """Counts a loss that moves the request to a peer (EngineUnavailable for one that cannot move)."""
+        model = self.workers.model
+        if lost.before_answer:
+            ENGINE_RETRIES.labels(model, lost.reason).inc()
+            return
+        move = progress.after_loss()
+        ENGINE_STREAMS_MOVED.labels(model, move).inc()
+        if move == "lost":
+            raise EngineUnavailable(WORKER_LOST) from lost
+        logger.warning("%s: its worker was lost (%s); %s on a peer with %d tokens generated", progress.request.
+                       request_id, lost, "resumed" if move == "resume" else "restarted", len(progress.generated))
 
     async def _generate_on(self, worker: Worker, request: EngineRequest,
                            images: list[dict[str, str]]) -> AsyncIterator[EngineStep]:
+        """The steps of one attempt on one worker (_Lost when the worker fails it, saying whether before it
+        answered; WorkerError for the request's own failure)."""
         reader = ChunkReader(top_logprobs=request.sampling.logprobs or 0)
         last: list[EngineStep] = []
+        answered, aborting = False, True
         worker.running += 1
+        watch = StallWatch(self._limits)
+        worker.streams.add(watch)
+
+        def heard() -> None:
+            worker.heard_at = watch.heard()
         try:
-            body = generate_body(request, self._vocab_size, images)
-            async with self._http().post(worker.url + GENERATE_PATH, json=body,
-                                         headers=request.trace_headers) as answer:
-                if answer.status != 200:
-                    raise WorkerError(f"worker {worker.url} answered {answer.status}: "
-                                      f"{(await answer.read())[:500].decode(errors='replace')}")
-                worker.answered()
-                async for payload in sse_payloads(answer.content.iter_any()):
-                    if reader.done:
-                        continue
-                    steps = reader.read(payload)
-                    if reader.done:  # `[DONE]`: its step waits for the stream's end, which frees the connection
-                        last = steps
-                        continue
-                    for step in steps:
-                        yield step
-            if not reader.done:
-                for step in reader.flush():
-                    yield step
-                raise EngineUnavailable(WORKER_LOST)  # the stream ended before the worker said it was done
-            worker.answered()
-            for step in last:
-                yield step
+            async with watch:
+                body = generate_body(request, self._vocab_size, images)
+                async with self._http().post(worker.url + GENERATE_PATH, json=body,
+                                             headers=request.trace_headers) as answer:
+                    if answer.status in RETRIED_STATUSES:
+                        raise _Lost(f"answered {answer.status}", "status", before_answer=True,
+                                    counts=answer.status != 429)
+                    answered = True
+                    if answer.status != 200:
+                        raise WorkerError(f"worker {worker.url} answered {answer.status}: "
+                                          f"{(await answer.read())[:500].decode(errors='replace')}")
+                    async for payload in sse_payloads(answer.content.iter_any(), heard):
+                        if reader.done:
+                            continue
+                        steps = reader.read(payload)
+                        if reader.done:  # `[DONE]`: its step waits for the stream's end, which frees the connection
+                            last = steps
+                            continue
+                        for step in steps:
+                            watch.handing_over()
+                            yield step
+                            watch.reading()
+                if not reader.done:
+                    raise _Lost("the stream ended before the worker said it was done", "reset")
         except aiohttp.ClientConnectorError as exc:
-            worker.went_down(f"{exc.__class__.__name__} at the start of a request")
-            reader.done = True  # it never reached the worker: nothing to abort
-            raise _Refused() from exc
+            aborting = False  # it never reached the worker
+            worker.refused(f"{exc.__class__.__name__} at the start of a request")
+            raise _Lost(str(exc), "refused", before_answer=True) from exc
+        except TimeoutError as exc:
+            if not watch.expired and not answered:  # the connection was not made in time: it never reached it
+                raise self._failed(worker, _Lost("the connection timed out", "timeout", before_answer=True)) from exc
+            raise self._failed(worker, _Lost(f"nothing heard for too long ({exc})", "timeout",
+                                              before_answer=not answered)) from exc
         except TRANSPORT_ERRORS as exc:
-            worker.went_down(f"{exc.__class__.__name__} during a request")
-            raise EngineUnavailable(WORKER_LOST) from exc
+            raise self._failed(worker, _Lost(f"{exc.__class__.__name__}: {exc}", "reset",
+                                              before_answer=not answered)) from exc
+        except _Lost as lost:
+            raise self._failed(worker, lost)
+        else:
+            worker.answered()
+            aborting = not reader.done
         finally:
+            worker.streams.discard(watch)
             worker.running -= 1
-            if not reader.done:
+            if aborting and not reader.done:
                 self._abort(worker, request.request_id)
+        for step in last:
+            yield step
+
+    def _failed(self, worker: Worker, lost: "_Lost") -> "_Lost":
+        """`lost`, counted against the worker (outlier detection) when it is the worker's failure."""
+        if lost.counts:
+            self.workers.failed(worker, str(lost))
+        return lost
 
     def _abort(self, worker: Worker, request_id: str) -> None:
         """Tells the worker to abort a request it may still run (closing the connection aborts it too, but a router

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, AsyncIterable, AsyncIterator
+from typing import Any, AsyncIterable, AsyncIterator, Callable
 
 from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, EngineStep, StepLogprob, engine_finish
 
@@ -61,10 +61,13 @@ def generate_body(request: EngineRequest, vocab_size: int | None = None,
     return body
 
 
-async def sse_payloads(body: AsyncIterable[bytes]) -> AsyncIterator[str]:
-    """The `data:` payloads of an SSE body as it arrives in pieces of any size (the worker writes one line each)."""
+async def sse_payloads(body: AsyncIterable[bytes], heard: Callable[[], object] | None = None) -> AsyncIterator[str]:
+    """The `data:` payloads of an SSE body as it arrives in pieces of any size (the worker writes one line each);
+    `heard` is called as each piece arrives."""
     pending = b""
     async for piece in body:
+        if heard is not None:
+            heard()
         lines = (pending + piece).split(b"\n")
         pending = lines.pop()
         for line in lines:

@@ -3,6 +3,14 @@
     health_seconds = 2.0          # optional: how often each worker's health and load are read
     max_waiting = 8               # optional: a worker with this many more waiting requests than the least loaded
                                   # one is passed over for a turn that would go to it
+    first_token_seconds = 300.0   # optional: a stream that sends nothing this long after its request is lost
+    idle_seconds = 60.0           # optional: and after this long between two pieces (each model may set its own)
+    failures_to_eject = 3         # optional: failed requests in a row that take a worker out of rotation
+    ejection_seconds = 5.0        # optional: the first ejection's length (the n-th: n times it)
+    max_ejection_seconds = 300.0  # optional: no ejection lasts longer
+    max_ejected_share = 0.5       # optional: at most this share of a model's workers is ejected at once
+    retry_budget = 0.2            # optional: retries in flight at most this share of the requests in flight,
+    min_retries = 3               # optional: or this many
 
     [[models]]
     name = "SmolLM2-135M-Instruct"                   # what clients send as `model`
@@ -26,11 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from server.engine.interface import SAMPLING_KEYS
+from server.engine.stall import StallLimits
+from server.engine.workers import OutlierPolicy
 from server.model_settings import ModelSettings
 
 _MODEL_KEYS = {"name", "path", "engines", "reasoning_parser", "tool_call_parser", "harmony", "max_model_len",
-               "default_max_output_tokens", "sampling_defaults", "codex_model_info"}
-_TOP_KEYS = {"models", "health_seconds", "max_waiting"}
+               "default_max_output_tokens", "sampling_defaults", "codex_model_info", "first_token_seconds",
+               "idle_seconds"}
+_OUTLIER_KEYS = ("failures_to_eject", "ejection_seconds", "max_ejection_seconds", "max_ejected_share")
+_TOP_KEYS = {"models", "health_seconds", "max_waiting", "first_token_seconds", "idle_seconds", "retry_budget",
+             "min_retries", *_OUTLIER_KEYS}
 _URL = re.compile(r"https?://[^/\s]+(/\S*)?")
 
 
@@ -42,6 +55,7 @@ class FleetModel:
     path: str
     engines: tuple[str, ...]
     max_model_len: int | None = None  # None: the smallest window its workers report
+    limits: StallLimits = StallLimits()  # how long its workers' streams may send nothing
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,9 @@ class Fleet:
     models: tuple[FleetModel, ...]
     health_seconds: float = 2.0
     max_waiting: int = 8
+    outliers: OutlierPolicy = OutlierPolicy()
+    retry_budget: float = 0.2
+    min_retries: int = 3
 
 
 class FleetFileError(ValueError):
@@ -71,7 +88,9 @@ def read_fleet_file(path: Path) -> Fleet:
     entries = document.get("models")
     if not isinstance(entries, list) or not entries:
         raise lines.error("no [[models]]: a fleet serves one model or more")
-    models = [_model(entry, index, lines) for index, entry in enumerate(entries)]
+    limits = StallLimits(*(_seconds(document, key, None, lines, getattr(StallLimits(), key))
+                           for key in ("first_token_seconds", "idle_seconds")))
+    models = [_model(entry, index, lines, limits) for index, entry in enumerate(entries)]
     seen: set[str] = set()
     for index, model in enumerate(models):
         if model.settings.name in seen:
@@ -83,10 +102,38 @@ def read_fleet_file(path: Path) -> Fleet:
         raise lines.error("`health_seconds` must be a number of seconds above 0", key="health_seconds")
     if not isinstance(waiting, int) or isinstance(waiting, bool) or waiting < 1:
         raise lines.error("`max_waiting` must be a whole number of 1 or more", key="max_waiting")
-    return Fleet(tuple(models), float(health), waiting)
+    outliers = OutlierPolicy(
+        failures_to_eject=_whole(document, "failures_to_eject", lines, OutlierPolicy.failures_to_eject),
+        ejection_seconds=_seconds(document, "ejection_seconds", None, lines, OutlierPolicy.ejection_seconds),
+        max_ejection_seconds=_seconds(document, "max_ejection_seconds", None, lines,
+                                      OutlierPolicy.max_ejection_seconds),
+        max_ejected_share=_share(document, "max_ejected_share", lines, OutlierPolicy.max_ejected_share))
+    return Fleet(tuple(models), float(health), waiting, outliers, _share(document, "retry_budget", lines, 0.2),
+                 _whole(document, "min_retries", lines, 3, least=0))
 
 
-def _model(entry: Any, index: int, lines: "_Lines") -> FleetModel:
+def _seconds(entry: dict[str, Any], key: str, index: int | None, lines: "_Lines", default: float) -> float:
+    value = entry.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        raise lines.error(f"`{key}` must be a number of seconds above 0", index, key)
+    return float(value)
+
+
+def _whole(document: dict[str, Any], key: str, lines: "_Lines", default: int, least: int = 1) -> int:
+    value = document.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise lines.error(f"`{key}` must be a whole number of {least} or more", key=key)
+    return value
+
+
+def _share(document: dict[str, Any], key: str, lines: "_Lines", default: float) -> float:
+    value = document.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1:
+        raise lines.error(f"`{key}` must be a share from 0 to 1", key=key)
+    return float(value)
+
+
+def _model(entry: Any, index: int, lines: "_Lines", limits: StallLimits) -> FleetModel:
     if not isinstance(entry, dict):
         raise lines.error("each model is a table: [[models]]", index)
     for key in entry:
@@ -113,8 +160,10 @@ def _model(entry: Any, index: int, lines: "_Lines") -> FleetModel:
         sampling_defaults=_sampling(entry, index, lines),
         codex_model_info=_optional(entry, "codex_model_info", dict, index, lines) or {},
     )
+    own = StallLimits(_seconds(entry, "first_token_seconds", index, lines, limits.first_token_seconds),
+                      _seconds(entry, "idle_seconds", index, lines, limits.idle_seconds))
     return FleetModel(settings, entry["path"], tuple(url.rstrip("/") for url in engines),
-                      _positive(entry, "max_model_len", index, lines))
+                      _positive(entry, "max_model_len", index, lines), own)
 
 
 def _optional(entry: dict[str, Any], key: str, kind: type, index: int, lines: "_Lines") -> Any:

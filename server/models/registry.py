@@ -48,8 +48,8 @@ class Model:
                            self.path.reasoning_efforts, self.settings.default_max_output_tokens)
 
     def check_up(self) -> None:
-        """EngineUnavailable when the model runs on workers and none of them is up."""
-        if self.workers is not None and not self.workers.up():
+        """EngineUnavailable when the model runs on workers and every one of them is down (an ejected one is tried)."""
+        if self.workers is not None and not self.workers.alive():
             raise EngineUnavailable(f"No engine worker of the model '{self.name}' is up; try again shortly.")
 
 
