@@ -238,31 +238,97 @@ def test_vllm_router_in_front_of_two_workers(fleet: Fleet, bundled_model: Path, 
         router.stop()
 
 
-def test_a_killed_worker_fails_its_stream_and_its_peers_take_its_turns_then_a_model_with_none_is_503(
-        fleet: Fleet) -> None:
-    """Last: it kills workers. The chain's worker dies mid-stream: the response ends failed (stored, one terminal
-    event, an engine failure), and the chain's next turn is served by its peer; with the gpt-oss worker killed too,
-    a request for that model is a 503 the client may retry."""
-    first = validate_events(_stream(fleet.gateway.base_url, model=SMOL, input="Hello", max_output_tokens=8))
+def _streamed_through(base_url: str, fault: Any, **body: Any) -> tuple[list[dict[str, Any]], str]:
+    """A stream with `fault(home)` done to its worker once three deltas are out; its events and the text the client
+    had seen by then."""
     events: list[dict[str, Any]] = []
-    with httpx.stream("POST", f"{fleet.gateway.base_url}/responses", timeout=600,
-                      json={"model": SMOL, "input": "Count from 1 to 1000.", "stream": True, "text": LONG_JSON,
-                            "previous_response_id": first.id, "max_output_tokens": 400}) as response:
+    seen = ""
+    with httpx.stream("POST", f"{base_url}/responses", timeout=600, json={"stream": True, **body}) as response:
         for line in response.iter_lines():  # as it arrives
             if line.startswith("data: "):
                 events.append(json.loads(line[6:]))
-                if sum(event["type"] == "response.output_text.delta" for event in events) == 3:
-                    home = _running_on(fleet.smol)
-                    fleet.smol[home].kill()
+                if sum(event["type"] == "response.output_text.delta" for event in events) == 3 and not seen:
+                    seen = "".join(event["delta"] for event in events if event["type"] == "response.output_text.delta")
+                    fault()
+    return events, seen
+
+
+def _resumed_on_the_peer(fleet: Fleet, fault: str) -> None:
+    client = fleet.gateway.client
+    counting = {"model": SMOL, "input": "Count from 1 to 1000.", "max_output_tokens": 160, "temperature": 0}
+    home: list[int] = []
+
+    def strike() -> None:
+        home.append(_running_on(fleet.smol))
+        worker = fleet.smol[home[0]]
+        worker.kill() if fault == "kill" else worker.pause(True)
+
+    try:
+        events, seen = _streamed_through(fleet.gateway.base_url, strike, **counting)
+    finally:
+        if fault == "stop":
+            for worker in fleet.smol:
+                worker.pause(False)
+    final = validate_events(events)  # one stream: sequence numbers whole, one terminal event, the SDK's types
+    assert events[-1]["type"] in ("response.completed", "response.incomplete"), events[-1]
+    assert final.output_text.startswith(seen) and len(final.output_text) > len(seen)
+    assert final.usage is not None and final.usage.output_tokens <= 160
+    stored = client.responses.retrieve(final.id)
+    assert stored.status == final.status and stored.output_text == final.output_text  # what the client was told
+
+
+def _workers_up(fleet: Fleet) -> float:
+    """The gateway's own count of the bundled model's workers in rotation."""
+    text = httpx.get(f"{fleet.gateway.base_url.removesuffix('/v1')}/metrics", timeout=10).text
+    found = re.search(rf'^responses_server_engine_workers_up{{model="{re.escape(SMOL)}"}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else -1.0
+
+
+def _wait_for_workers_up(fleet: Fleet, count: int) -> None:
+    deadline = time.monotonic() + 120
+    while _workers_up(fleet) != count and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _workers_up(fleet) == count
+
+
+def test_a_stopped_worker_hands_its_stream_to_its_peer(fleet: Fleet) -> None:
+    """SIGSTOP mid-stream (connections open, nothing answers): its silence is found (its health checks time out)
+    and the peer goes on from the tokens already generated; the text seen before is a prefix of the final text.
+    Then it is let go again, and comes back into rotation."""
+    _resumed_on_the_peer(fleet, "stop")
+    _wait_for_workers_up(fleet, 2)
+
+
+def test_a_constrained_stream_whose_worker_stops_ends_failed_as_the_client_was_told(fleet: Fleet) -> None:
+    """A JSON schema's grammar cannot be restated on a peer from tokens in its prompt: once output went out, the
+    response ends failed (stored, one terminal event, an engine failure)."""
+    home: list[int] = []
+
+    def strike() -> None:
+        home.append(_running_on(fleet.smol))
+        fleet.smol[home[0]].pause(True)
+
+    try:
+        events, _ = _streamed_through(fleet.gateway.base_url, strike, model=SMOL, input="Count from 1 to 1000.",
+                                      text=LONG_JSON, max_output_tokens=400)
+    finally:
+        for worker in fleet.smol:
+            worker.pause(False)
     final = validate_events(events)
     assert events[-1]["type"] == "response.failed" and final.error is not None and final.error.message == WORKER_LOST
     stored = fleet.gateway.client.responses.retrieve(final.id)
     assert stored.status == "failed" and stored.error is not None and stored.error.message == WORKER_LOST
-    peer = fleet.smol[1 - home]
-    before_peer = _served([peer])
-    turn = validate_events(_stream(fleet.gateway.base_url, model=SMOL, input="Again", previous_response_id=first.id,
-                                   max_output_tokens=8))
-    assert turn.status in ("completed", "incomplete") and _served_since([peer], before_peer, 1) == [1]
+    _wait_for_workers_up(fleet, 2)
+
+
+def test_a_killed_worker_hands_its_stream_to_its_peer_then_a_model_with_none_is_503(fleet: Fleet) -> None:
+    """Last: it kills workers. An unconstrained stream whose worker is killed ends on the peer as one stream, and
+    the model's turns go to the peer; with the gpt-oss worker killed too, a request for that model is a 503 the
+    client may retry."""
+    _resumed_on_the_peer(fleet, "kill")
+    for _ in range(3):
+        turn = validate_events(_stream(fleet.gateway.base_url, model=SMOL, input="Again", max_output_tokens=8))
+        assert turn.status in ("completed", "incomplete")
     fleet.oss.kill()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

@@ -4,8 +4,10 @@ package metadata), and vllm-router in front of some of them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -65,6 +67,17 @@ class VllmWorker:
         """SIGKILL the worker and its engine processes."""
         assert self.process is not None
         kill_process_tree(self.process)
+
+    def pause(self, stopped: bool) -> None:
+        """SIGSTOP the worker and its engine processes (a hung machine: connections open, nothing answers), or
+        SIGCONT them."""
+        import psutil
+
+        assert self.process is not None
+        family = [self.process.pid] + [child.pid for child in psutil.Process(self.process.pid).children(recursive=True)]
+        for pid in family:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP if stopped else signal.SIGCONT)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
