@@ -186,7 +186,7 @@ def _fleet_start(model: Any, fleet: Any, memory: int, record: Path | None = None
 
     def start() -> Any:
         engine = RemoteEngine.for_model(model.path, workers, model.max_model_len, fleet.health_seconds, model.limits,
-                                        RetryBudget(fleet.retry_budget, fleet.min_retries))
+                                        RetryBudget(fleet.retry_budget, fleet.min_retries), model.access)
         engine.probe_all()
         engine.watch()
         return RecordingEngine(engine, record) if record is not None else engine

@@ -35,6 +35,9 @@ class ScaleOutWorker:
     # send: the connection breaks, /health fails
     hang_after: int | None = None  # its engine hangs after this many chunks: the stream stops, /health stays 200
     metrics_broken: bool = False  # its /metrics answers 500
+    api_key: str | None = None  # as vLLM's --api-key: /v1 and /inference want it as a bearer token
+    scale_out: bool = True  # False: started without --enable-scale-out (its /inference routes are 404)
+    tokenizer: Any = None  # what its /tokenize uses (None: the engine's)
     on_chunk: Callable[[int], None] | None = None  # called with the count of chunks sent, after each
     chunks_sent: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)  # every generate body, as sent
@@ -46,7 +49,18 @@ class ScaleOutWorker:
         if scope["type"] != "http":
             return
         path, body = scope["path"], await _body(receive)
-        if path == "/inference/v1/generate":
+        headers = dict(scope["headers"])
+        if self.api_key and path.startswith(("/v1", "/inference")) and \
+                headers.get(b"authorization") != f"Bearer {self.api_key}".encode():
+            await _answer(send, 401, b'{"error": "Unauthorized"}')
+        elif path.startswith("/inference") and not self.scale_out:
+            await _answer(send, 404, b'{"detail": "Not Found"}')
+        elif path == "/tokenize":
+            request = json.loads(body)
+            tokenizer = self.tokenizer or self.engine.tokenizer
+            tokens = tokenizer.encode(request["prompt"], add_special_tokens=request.get("add_special_tokens", True))
+            await _answer(send, 200, json.dumps({"tokens": tokens, "count": len(tokens)}).encode())
+        elif path == "/inference/v1/generate":
             self.generate_clients.append(tuple(scope["client"]))
             await self._generate(json.loads(body), receive, send)
         elif path == "/inference/v1/abort_requests":

@@ -591,3 +591,92 @@ def test_a_resumed_request_carries_the_output_so_far_and_counts_each_token_once(
     constrained = Progress(EngineRequest("c", [1], SamplingSettings(max_tokens=5, structural_tag="{}")))
     constrained.seen(EngineStep([4]))
     assert constrained.after_loss() == "lost"
+
+
+CHECKS = [
+    ("a key wanted, none given", {"api_key": "k1"}, None, r"wants a key \(it runs with --api-key\): name it with "
+                                                         "`api_key_env` or `api_key_file`"),
+    ("a key refused", {"api_key": "k1"}, "k2", "refused the key the fleet file names"),
+    ("no scale-out API", {"scale_out": False}, None, "has no scale-out API .* start it with --enable-scale-out"),
+    ("another tokenizer", {"tokenizer": "other"}, None, "tokenizes otherwise than the gateway's `path`"),
+]
+
+
+class _OtherTokenizer:
+    """A tokenizer of another vocabulary: the same text, other ids (one model's worker behind another's path)."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [ord(character) for character in text]
+
+
+@pytest.mark.parametrize("worker_settings, key, problem", [case[1:] for case in CHECKS], ids=[c[0] for c in CHECKS])
+def test_a_worker_that_cannot_serve_the_model_as_declared_refuses_the_start_naming_the_fix(
+        tokenizer: Any, worker_settings: dict[str, Any], key: str | None, problem: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from server.engine.access import WorkerAccess
+
+    settings = dict(worker_settings)
+    if settings.get("tokenizer") == "other":
+        settings["tokenizer"] = _OtherTokenizer()
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[[]])
+    with serve_asgi(ScaleOutWorker(engine, SMALL, **settings)) as port:
+        remote = RemoteEngine(WorkerSet.of(SMALL, [f"http://127.0.0.1:{port}"]), tokenizer,
+                              access=WorkerAccess(key))
+        with pytest.raises(WorkerMismatch, match=problem) as refused:
+            remote.probe_all()
+    assert key is None or key not in str(refused.value) + caplog.text
+
+
+def test_a_worker_with_a_key_over_tls_serves_the_gateway(tokenizer: Any, tmp_path: Path) -> None:
+    """https with the operator's CA, and the key as a bearer token on every request (generate and abort too); the
+    same worker without the CA is not reached."""
+    import asyncio
+
+    from server.engine.access import WorkerAccess
+    from server.engine.interface import EngineRequest, SamplingSettings
+
+    cert, key_file = _self_signed(tmp_path)
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[_answer(tokenizer, "Sealed.")])
+    worker = ScaleOutWorker(engine, SMALL, api_key="k1")
+    with serve_asgi(worker, ssl_certfile=str(cert), ssl_keyfile=str(key_file)) as port:
+        url = f"https://127.0.0.1:{port}"
+        remote = RemoteEngine(WorkerSet.of(SMALL, [url]), tokenizer, access=WorkerAccess("k1", str(cert)))
+        remote.probe_all()
+        assert remote.workers.workers[0].in_rotation
+
+        async def run() -> list[int]:
+            request = EngineRequest("resp_tls", [1, 2, 3], SamplingSettings(max_tokens=8))
+            tokens = [token async for step in remote.generate(request) for token in step.token_ids]
+            await remote.shutdown()
+            return tokens
+
+        assert tokenizer.decode(asyncio.run(run()), skip_special_tokens=True) == "Sealed."
+        untrusting = RemoteEngine(WorkerSet.of(SMALL, [url]), tokenizer, access=WorkerAccess("k1"))
+        untrusting.probe_all()
+        assert not untrusting.workers.in_rotation() and "not reachable" in (untrusting.workers.workers[0].problem or "")
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1, signed by itself (its own CA), and its key."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "worker")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = folder / "worker.pem", folder / "worker.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file

@@ -53,6 +53,15 @@ MISTAKES = [
     ("engine not a URL", GOOD.replace("http://router:9000", "router:9000"), 13, "not an http:// or https:// URL"),
     ("window not a number", GOOD.replace("32768", '"big"'), 14, "`max_model_len` must be a whole number"),
     ("sampling key unknown", GOOD.replace("frequency_penalty", "frequency"), 8, "`sampling_defaults.frequency`"),
+    ("credentials in a URL", GOOD.replace("http://router:9000", "http://gw:s3cret@router:9000"), 13,
+     "engine 1 carries credentials in its URL: name the key with `api_key_env`"),
+    ("a key's variable unset", GOOD.replace("max_model_len = 32768", 'api_key_env = "NO_SUCH_FLEET_KEY"'), 14,
+     "the environment variable NO_SUCH_FLEET_KEY is not set"),
+    ("a key file missing", GOOD.replace("max_model_len = 32768", 'api_key_file = "/no/such/key"'), 14,
+     "`api_key_file`: /no/such/key cannot be read"),
+    ("an idle timeout of 0", GOOD.replace("max_model_len = 32768", "idle_seconds = 0"), 14,
+     "`idle_seconds` must be a number of seconds above 0"),
+    ("a share above 1", "max_ejected_share = 2\n" + GOOD, 1, "`max_ejected_share` must be a share from 0 to 1"),
 ]
 
 
@@ -80,3 +89,17 @@ def test_the_server_refuses_to_start_on_a_bad_fleet_file_naming_the_line(tmp_pat
     done = subprocess.run([sys.executable, "-m", "server", "--fleet", str(path)], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 2 and f"--fleet {path}, line 10 (models[1]): `path` is missing" in done.stderr
+
+
+def test_the_fleets_fault_settings_and_a_models_own_timeouts_and_key(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLEET_TEST_KEY", "s3cret")
+    fleet = read_fleet_file(_write(tmp_path, "idle_seconds = 20\nfailures_to_eject = 5\nretry_budget = 0.1\n" + GOOD
+                                   .replace("max_model_len = 32768", 'max_model_len = 32768\nidle_seconds = 90\n'
+                                            'first_token_seconds = 900\napi_key_env = "FLEET_TEST_KEY"')))
+    small, oss = fleet.models
+    assert (small.limits.first_token_seconds, small.limits.idle_seconds) == (300.0, 20.0)  # the file's default
+    assert (oss.limits.first_token_seconds, oss.limits.idle_seconds) == (900.0, 90.0)
+    assert fleet.outliers.failures_to_eject == 5 and fleet.retry_budget == 0.1 and fleet.min_retries == 3
+    assert oss.access.headers() == {"Authorization": "Bearer s3cret"} and small.access.headers() == {}
+    assert "s3cret" not in repr(fleet)  # never in a log line

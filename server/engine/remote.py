@@ -21,6 +21,7 @@ from typing import Any, AsyncIterator
 import aiohttp
 import httpx
 
+from server.engine.access import WorkerAccess
 from server.engine.interface import EngineRequest, EngineStep, EngineUnavailable, Prefilled, prefill_by_generating
 from server.engine.model_inputs import ModelInputs
 from server.engine.resumption import Progress
@@ -28,6 +29,7 @@ from server.engine.retries import RetryBudget
 from server.engine.scale_out import (ABORT_PATH, GENERATE_PATH, ChunkReader, WorkerError, generate_body,
                                      sse_payloads)
 from server.engine.stall import StallLimits, StallWatch
+from server.engine.worker_checks import WorkerMismatch, worker_checks, Checks
 from server.engine.workers import Condition, Worker, WorkerSet
 from server.metrics import ENGINE_RETRIES, ENGINE_STREAMS_MOVED
 
@@ -55,10 +57,6 @@ class _Lost(Exception):
         self.counts = counts  # a failure of the worker's (a 429 says it is busy, not sick)
 
 
-class WorkerMismatch(ValueError):
-    """A worker serves another model than the fleet file says: the gateway refuses to start."""
-
-
 class RemoteEngine:
     """Streams token-id steps from the model's workers; closing the iterator aborts the request on its worker.
 
@@ -69,7 +67,7 @@ class RemoteEngine:
                  sampling_defaults: dict[str, float] | None = None, max_model_len: int | None = None,
                  config_window: int | None = None, health_seconds: float = 2.0, vocab_size: int | None = None,
                  inputs: ModelInputs | None = None, limits: StallLimits = StallLimits(),
-                 budget: RetryBudget | None = None) -> None:
+                 budget: RetryBudget | None = None, access: WorkerAccess = WorkerAccess()) -> None:
         """`max_model_len`: the operator's window (None: the smallest its workers report, else `config_window`);
         `inputs`: what the model reads (None: text); `limits`: how long a stream may send nothing."""
         self.workers = workers
@@ -84,6 +82,8 @@ class RemoteEngine:
         self._vocab_size = vocab_size
         self._health_seconds = health_seconds
         self._limits = limits
+        self.access = access
+        self._probe_ids: list[int] | None = None
         self.budget = budget or RetryBudget()
         self._session: aiohttp.ClientSession | None = None  # made in the serving event loop, at its first use
         self._watching: asyncio.Task[None] | None = None
@@ -93,14 +93,14 @@ class RemoteEngine:
     @classmethod
     def for_model(cls, path: str, workers: WorkerSet, max_model_len: int | None = None,
                   health_seconds: float = 2.0, limits: StallLimits = StallLimits(),
-                  budget: RetryBudget | None = None) -> "RemoteEngine":
+                  budget: RetryBudget | None = None, access: WorkerAccess = WorkerAccess()) -> "RemoteEngine":
         """The engine of the model whose tokenizer, config and generation defaults are at `path` on the gateway."""
         from server.engine.vllm_engine import load_tokenizer, model_sampling_defaults
 
         config = _model_config(path)
         return cls(workers, load_tokenizer(path), config.get("model_type"), model_sampling_defaults(path),
                    max_model_len, config.get("max_position_embeddings"), health_seconds, config.get("vocab_size"),
-                   ModelInputs.for_model(path, max_model_len), limits, budget)
+                   ModelInputs.for_model(path, max_model_len), limits, budget, access)
 
     @property
     def max_model_len(self) -> int:
@@ -111,20 +111,48 @@ class RemoteEngine:
         return min(windows) if windows else int(self._config_window or 2048)
 
     def probe_all(self) -> None:
-        """At start (blocking, before serving): each worker checked once. One serving another model refuses the
-        start (WorkerMismatch); one that cannot be reached is reported and watched until it comes up."""
-        with httpx.Client(timeout=PROBE_SECONDS) as client:
+        """At start (blocking, before serving): each worker checked once (worker_checks.py). One that cannot serve
+        the model as the fleet file says refuses the start (WorkerMismatch naming the fix); one that cannot be
+        reached is reported and watched until it comes up."""
+        with httpx.Client(timeout=PROBE_SECONDS, headers=self.access.headers(),
+                          verify=self.access.ssl_context or True) as client:
             for worker in self.workers.workers:
                 try:
-                    _check_served(worker, client.get(f"{worker.url}/v1/models").json(), self.workers.model)
+                    checks = self._questions(worker)
+                    answer = None
+                    while True:
+                        method, path, body = checks.send(answer)  # type: ignore[arg-type]
+                        reply = client.request(method, worker.url + path, json=body)
+                        answer = (reply.status_code, reply.content)
+                except StopIteration:
                     worker.came_up()
                 except httpx.HTTPError as exc:
                     worker.refused(f"not reachable at start ({exc.__class__.__name__}); retried every "
                                    f"{self._health_seconds:g} s")
+                except WorkerMismatch:
+                    raise
                 except ValueError as exc:
-                    if isinstance(exc, WorkerMismatch):
-                        raise
-                    worker.refused(f"its /v1/models answer is not vLLM's: {exc}")
+                    worker.refused(f"its answers are not vLLM's: {exc}")
+
+    def _questions(self, worker: Worker) -> Checks:
+        if self._probe_ids is None:
+            from server.engine.worker_checks import TOKENIZER_PROBE
+
+            self._probe_ids = list(self.tokenizer.encode(TOKENIZER_PROBE, add_special_tokens=False))
+        return worker_checks(worker, self.workers.model, self.access.api_key is not None, self._probe_ids)
+
+    async def _checked(self, worker: Worker) -> None:
+        """The start's checks again, for a worker coming back (WorkerMismatch or ValueError: it stays down)."""
+        checks = self._questions(worker)
+        answer = None
+        try:
+            while True:
+                method, path, body = checks.send(answer)  # type: ignore[arg-type]
+                async with self._http().request(method, worker.url + path, json=body,
+                                                timeout=aiohttp.ClientTimeout(total=PROBE_SECONDS)) as reply:
+                    answer = (reply.status, await reply.read())
+        except StopIteration:
+            return
 
     def watch(self) -> None:
         """Starts reading each worker's health and load every `health_seconds` (inside the running event loop)."""
@@ -161,8 +189,7 @@ class RemoteEngine:
                 worker.probe_failed(f"/health answered {status}")
                 return
             if worker.condition is Condition.DOWN:
-                _, models = await self._get(f"{worker.url}/v1/models")
-                _check_served(worker, json.loads(models), self.workers.model)
+                await self._checked(worker)
             worker.probe_passed()
         except aiohttp.ClientConnectorError as exc:
             worker.probe_failed(f"{exc.__class__.__name__}: {exc}", refused=True)
@@ -181,8 +208,10 @@ class RemoteEngine:
         (vLLM's uvicorn closes an idle one after 5 s: reusing one it closed meets a reset)."""
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_SECONDS), auto_decompress=False)
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS,
+                                               ssl=self.access.ssl_context or True),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_SECONDS), auto_decompress=False,
+                headers=self.access.headers())
         return self._session
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
@@ -336,15 +365,6 @@ class RemoteEngine:
         if self._session is not None:
             await self._session.close()
         self.inputs.close()
-
-
-def _check_served(worker: Worker, models: Any, model: str) -> None:
-    """The worker's /v1/models answer names `model` (WorkerMismatch naming both otherwise); its window is noted."""
-    served = {entry.get("id"): entry for entry in models.get("data", []) if isinstance(entry, dict)}
-    if model not in served:
-        raise WorkerMismatch(f"engine worker {worker.url} serves {', '.join(map(repr, served)) or 'no model'}, not "
-                             f"'{model}' as the fleet file says (start it with --served-model-name '{model}')")
-    worker.max_model_len = served[model].get("max_model_len") or worker.max_model_len
 
 
 def _model_config(path: str) -> dict[str, Any]:

@@ -23,16 +23,21 @@
     default_max_output_tokens = 512
     sampling_defaults = { frequency_penalty = 0.5 }
     codex_model_info = { auto_compact_token_limit = 12000 }
+    api_key_env = "WORKER_KEY"                       # optional: the workers' key (vLLM's --api-key), from this
+    # api_key_file = "/run/secrets/worker-key"       #   environment variable or this file; sent as a bearer token
+    ca_file = "/etc/fleet/ca.pem"                    # optional: the CA that signed https workers' certificates
 """
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from server.engine.access import WorkerAccess
 from server.engine.interface import SAMPLING_KEYS
 from server.engine.stall import StallLimits
 from server.engine.workers import OutlierPolicy
@@ -40,7 +45,7 @@ from server.model_settings import ModelSettings
 
 _MODEL_KEYS = {"name", "path", "engines", "reasoning_parser", "tool_call_parser", "harmony", "max_model_len",
                "default_max_output_tokens", "sampling_defaults", "codex_model_info", "first_token_seconds",
-               "idle_seconds"}
+               "idle_seconds", "api_key_env", "api_key_file", "ca_file"}
 _OUTLIER_KEYS = ("failures_to_eject", "ejection_seconds", "max_ejection_seconds", "max_ejected_share")
 _TOP_KEYS = {"models", "health_seconds", "max_waiting", "first_token_seconds", "idle_seconds", "retry_budget",
              "min_retries", *_OUTLIER_KEYS}
@@ -56,6 +61,7 @@ class FleetModel:
     engines: tuple[str, ...]
     max_model_len: int | None = None  # None: the smallest window its workers report
     limits: StallLimits = StallLimits()  # how long its workers' streams may send nothing
+    access: WorkerAccess = WorkerAccess()  # its workers' key and CA
 
 
 @dataclass(frozen=True)
@@ -146,7 +152,11 @@ def _model(entry: Any, index: int, lines: "_Lines", limits: StallLimits) -> Flee
     if not isinstance(engines, list) or not engines:
         raise lines.error("`engines` is missing or empty: each model needs the URL of one worker or more", index,
                           "engines" if "engines" in entry else None)
-    for url in engines:
+    for number, url in enumerate(engines):
+        if isinstance(url, str) and "@" in url.split("://", 1)[-1].split("/", 1)[0]:
+            raise lines.error(f"engine {number + 1} carries credentials in its URL: name the key with `api_key_env` "
+                              "or `api_key_file` instead (it is sent as a bearer token, and never logged)", index,
+                              "engines")
         if not isinstance(url, str) or not _URL.fullmatch(url):
             raise lines.error(f"engine {url!r} is not an http:// or https:// URL", index, "engines")
     if len(set(engines)) != len(engines):
@@ -163,7 +173,30 @@ def _model(entry: Any, index: int, lines: "_Lines", limits: StallLimits) -> Flee
     own = StallLimits(_seconds(entry, "first_token_seconds", index, lines, limits.first_token_seconds),
                       _seconds(entry, "idle_seconds", index, lines, limits.idle_seconds))
     return FleetModel(settings, entry["path"], tuple(url.rstrip("/") for url in engines),
-                      _positive(entry, "max_model_len", index, lines), own)
+                      _positive(entry, "max_model_len", index, lines), own, _access(entry, index, lines))
+
+
+def _access(entry: dict[str, Any], index: int, lines: "_Lines") -> WorkerAccess:
+    """The model's workers' key, read from the environment variable or file the entry names, and its CA file."""
+    variable = _optional(entry, "api_key_env", str, index, lines)
+    key_file = _optional(entry, "api_key_file", str, index, lines)
+    ca_file = _optional(entry, "ca_file", str, index, lines)
+    if variable and key_file:
+        raise lines.error("`api_key_env` and `api_key_file` both name a key: keep one", index, "api_key_file")
+    key = None
+    if variable:
+        key = os.environ.get(variable, "").strip()
+        if not key:
+            raise lines.error(f"`api_key_env`: the environment variable {variable} is not set", index, "api_key_env")
+    if key_file:
+        try:
+            key = Path(key_file).read_text().strip()
+        except OSError as exc:
+            raise lines.error(f"`api_key_file`: {key_file} cannot be read ({exc.strerror})", index,
+                              "api_key_file") from exc
+    if ca_file and not Path(ca_file).is_file():
+        raise lines.error(f"`ca_file`: {ca_file} is not a file", index, "ca_file")
+    return WorkerAccess(key or None, ca_file)
 
 
 def _optional(entry: dict[str, Any], key: str, kind: type, index: int, lines: "_Lines") -> Any:
