@@ -168,9 +168,24 @@ def fleet_starts(args: argparse.Namespace) -> tuple[Any, ...]:
     return tuple(_fleet_start(model, fleet, memory, args.record_engine_output) for model in fleet.models)
 
 
-def _fleet_start(model: Any, fleet: Any, memory: int, record: Path | None = None) -> Any:
-    """The model's start on its workers; with `record`, each request's engine output appended there (as for an
-    engine in this process)."""
+def fleet_watch(args: argparse.Namespace, context: Any) -> Any:
+    """What reads the fleet file again as it changes, and applies it to the context's models."""
+    from functools import partial
+
+    from server.models.fleet_file import read_fleet_file
+    from server.models.fleet_watch import FleetWatch
+    from server.runs.context import start_model
+
+    memory = args.history_memory_mb * 1024 * 1024
+    start_of = partial(_fleet_start, memory=memory, record=args.record_engine_output)
+    return FleetWatch(args.fleet, read_fleet_file(args.fleet), context,
+                      lambda model, fleet, urls: start_of(model, fleet, urls=urls), start_model)
+
+
+def _fleet_start(model: Any, fleet: Any, memory: int, record: Path | None = None,
+                 urls: list[str] | None = None) -> Any:
+    """The model's start on its workers (`urls`, else its `engines` as written); with `record`, each request's
+    engine output appended there (as for an engine in this process)."""
     from dataclasses import replace
 
     from server.engine.recording import RecordingEngine
@@ -182,7 +197,7 @@ def _fleet_start(model: Any, fleet: Any, memory: int, record: Path | None = None
     check_reasoning_parser(model.settings.reasoning_parser)
     check_tool_call_parser(model.settings.tool_call_parser)
 
-    workers = WorkerSet.of(model.settings.name, model.engines, fleet.max_waiting, fleet.outliers)
+    workers = WorkerSet.of(model.settings.name, urls or model.engines, fleet.max_waiting, fleet.outliers)
 
     def start() -> Any:
         engine = RemoteEngine.for_model(model.path, workers, model.max_model_len, fleet.health_seconds, model.limits,
@@ -259,6 +274,8 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
     context = ServingContext(config=config, engine_factory=None if starts else engine or engine_factory(args),
                              model_starts=starts, records=records, sealer=sealer, background=background)
     context.retrieval = open_retrieval(args, context)
+    if starts:
+        context.fleet_watch = fleet_watch(args, context)
     if records is not None:
         context.replicas = ReplicaRegistry(records.replicas, replica, advertise_url(args.advertise_url),
                                            draining=lambda: context.admission.draining)

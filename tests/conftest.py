@@ -47,11 +47,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve_asgi(app: Any, **config: Any) -> Iterator[int]:
-    """Any ASGI app on a free port (uvicorn in a thread, with `config` for uvicorn) until the block ends; yields the
-    port."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **config))
+def serve_asgi(app: Any, host: str = "127.0.0.1", port: int | None = None, **config: Any) -> Iterator[int]:
+    """Any ASGI app on a free port (or `port`) of `host` (uvicorn in a thread, with `config` for uvicorn) until the
+    block ends; yields the port."""
+    port = port or free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", **config))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -97,6 +97,10 @@ class RecordingEngine:
     async def shutdown(self) -> None:
         await self.inner.shutdown()
 
+    def reconfigure(self, *settings: Any) -> None:
+        """A fleet model's settings changed (RemoteEngine.reconfigure)."""
+        self.inner.reconfigure(*settings)  # type: ignore[attr-defined]
+
 
 class ReplayEngine:
     """Serves recorded steps instead of running a model: request k gets recording k, cycling."""

@@ -15,6 +15,8 @@ import asyncio
 import json
 import logging
 from contextlib import suppress
+from concurrent.futures import Future
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -34,6 +36,8 @@ from server.engine.workers import Condition, Worker, WorkerSet
 from server.metrics import ENGINE_RETRIES, ENGINE_STREAMS_MOVED
 
 logger = logging.getLogger(__name__)
+# The event loop a model started in a thread (on a reload of the fleet file) runs its health checks in
+SERVING_LOOP: ContextVar[asyncio.AbstractEventLoop] = ContextVar("serving_loop")
 CONNECT_SECONDS = 2.0  # a worker that does not accept a connection within this is down
 PROBE_SECONDS = 2.0  # /health, /metrics and /v1/models must answer within this
 # A busy gateway reads its workers' queues every this many health checks: a worker's /metrics is tens of kilobytes,
@@ -86,9 +90,10 @@ class RemoteEngine:
         self._probe_ids: list[int] | None = None
         self.budget = budget or RetryBudget()
         self._session: aiohttp.ClientSession | None = None  # made in the serving event loop, at its first use
-        self._watching: asyncio.Task[None] | None = None
+        self._watching: asyncio.Task[None] | Future[None] | None = None
         self._checks = 0
         self._aborts: set[asyncio.Task[None]] = set()
+        self._closing: set[asyncio.Task[None]] = set()
 
     @classmethod
     def for_model(cls, path: str, workers: WorkerSet, max_model_len: int | None = None,
@@ -155,9 +160,26 @@ class RemoteEngine:
             return
 
     def watch(self) -> None:
-        """Starts reading each worker's health and load every `health_seconds` (inside the running event loop)."""
-        if self._watching is None:
+        """Starts reading each worker's health and load every `health_seconds`, in the serving event loop: the one
+        running here, or (a model started in a thread, on a reload of the fleet) the one SERVING_LOOP names."""
+        if self._watching is not None:
+            return
+        try:
             self._watching = asyncio.get_running_loop().create_task(self._watch())
+        except RuntimeError:
+            self._watching = asyncio.run_coroutine_threadsafe(self._watch(), SERVING_LOOP.get())
+
+    def reconfigure(self, health_seconds: float, limits: StallLimits, budget: RetryBudget,
+                    access: WorkerAccess) -> None:
+        """The fleet file's settings for this model changed: new requests and checks follow them (a new key or CA
+        takes a new session; the streams on the old one finish)."""
+        self._health_seconds, self._limits = health_seconds, limits
+        self.budget.share, self.budget.minimum = budget.share, budget.minimum
+        if access != self.access:
+            self.access, old = access, self._session
+            self._session = None
+            if old is not None:
+                self._closing.add(asyncio.get_running_loop().create_task(_close_when_idle(old, self.workers)))
 
     async def _watch(self) -> None:
         while True:
@@ -365,6 +387,13 @@ class RemoteEngine:
         if self._session is not None:
             await self._session.close()
         self.inputs.close()
+
+
+async def _close_when_idle(session: aiohttp.ClientSession, workers: WorkerSet) -> None:
+    """Closes a session once no stream of the model is running (those on it finish first)."""
+    while workers.busy():
+        await asyncio.sleep(1.0)
+    await session.close()
 
 
 def _model_config(path: str) -> dict[str, Any]:

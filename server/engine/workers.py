@@ -174,6 +174,24 @@ class WorkerSet:
            policy: OutlierPolicy = OutlierPolicy()) -> "WorkerSet":
         return cls(model, [Worker(url, policy) for url in urls], max_waiting, policy)
 
+    def update(self, urls: Iterable[str], max_waiting: int, policy: OutlierPolicy) -> None:
+        """The fleet changed: workers not listed now leave (their streams in flight finish where they are), new
+        ones join down, until their first health check passes; the others keep their condition."""
+        urls = list(dict.fromkeys(urls))
+        kept = {url: self._by_url[url] for url in urls if url in self._by_url}
+        for url in urls:
+            if url not in kept:
+                logger.info("engine worker %s joins the model '%s'", url, self.model)
+        for worker in self.workers:
+            if worker.url not in kept:
+                logger.info("engine worker %s leaves the model '%s'", worker.url, self.model)
+        self.workers = [kept.get(url) or Worker(url, policy) for url in urls]
+        for worker in self.workers:
+            worker.policy = policy
+        self._by_url = {worker.url: worker for worker in self.workers}
+        self.max_waiting, self.policy = max_waiting, policy
+        ENGINE_WORKERS.labels(self.model).set(len(self.workers))
+
     def in_rotation(self) -> list[Worker]:
         return [worker for worker in self.workers if worker.in_rotation]
 

@@ -47,10 +47,14 @@ def create_app(context: ServingContext) -> FastAPI:
             context.replicas.start()
         if context.retrieval is not None:
             context.retrieval.start()
+        if context.fleet_watch is not None:
+            context.fleet_watch.start()
         try:
             yield
         finally:
             lag.cancel()
+            if context.fleet_watch is not None:
+                await context.fleet_watch.stop()
             if context.replicas is not None:
                 await context.replicas.stop()
             await app.state.forwarder.close()

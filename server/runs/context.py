@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from parsers.deltas import OutputText
 from server.attachments.files import FileTexts
@@ -65,6 +65,7 @@ class ServingContext:
     admission: Admission = field(default_factory=Admission)
     replicas: ReplicaRegistry | None = None  # this replica among those sharing the store (None: no store)
     retrieval: Retrieval | None = None  # vector stores and file_search (None: no store, or no embedding model)
+    fleet_watch: Any = None  # a fleet's FleetWatch: the fleet file read again as it changes (None: no fleet)
     started_at: int = field(default_factory=lambda: int(time.time()))
     work_pool: WorkPool = field(init=False)  # CPU-heavy input work, off the event loop
     file_texts: FileTexts = field(init=False)  # files' texts, read once
@@ -141,7 +142,11 @@ class ServingContext:
         if not starts:
             assert self.engine_factory is not None, "an engine factory, or a fleet's models"
             starts = (ModelStart(self.config.model_settings(), self.engine_factory),)
-        self.models = Models([_started(start) for start in starts])
+        self.replace_models([start_model(start) for start in starts])
+
+    def replace_models(self, models: list[Model]) -> None:
+        """Serves these models from now on, the first the default (a fleet file read again)."""
+        self.models = Models(models)
         self.engine, self.path = self.models.default.engine, self.models.default.path
 
     async def shutdown_engines(self) -> None:
@@ -149,7 +154,7 @@ class ServingContext:
             await model.engine.shutdown()
 
 
-def _started(start: ModelStart) -> Model:
+def start_model(start: ModelStart) -> Model:
     """A model whose engine has started, its path chosen and warmed up."""
     engine = start.start_engine()
     path = choose_path(engine, start.settings)
