@@ -680,3 +680,61 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
     key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
     return cert_file, key_file
+
+
+def test_a_hot_key_spills_to_its_next_choice_past_the_load_bound_alike_on_every_gateway() -> None:
+    """Rendezvous with bounded load: a worker running more than 1.25 times the mean passes a turn to the next of
+    the key's order (the same next on every gateway), and takes its keys back once its load falls."""
+    urls = [f"http://w{n}:8000" for n in range(4)]
+    gateways = [WorkerSet.of(SMALL, urls), WorkerSet.of(SMALL, list(reversed(urls)))]
+    for workers in gateways:
+        for worker in workers.workers:
+            worker.came_up()
+    home, second = (gateways[0].order("hot")[index].url for index in (0, 1))
+    for workers in gateways:
+        by_url = {worker.url: worker for worker in workers.workers}
+        assert workers.choose("hot").url == home  # 1 <= ceil(1.25 * 1 / 4)
+        by_url[home].running = 1
+        assert workers.choose("hot").url == second  # 2 > ceil(1.25 * 2 / 4)
+        for worker in workers.workers:
+            worker.running = 2
+        assert workers.choose("hot").url == home  # all alike: 3 <= ceil(1.25 * 9 / 4)
+    unbounded = WorkerSet.of(SMALL, urls, load_bound=0)
+    for worker in unbounded.workers:
+        worker.came_up()
+        worker.running = 9 if worker.url == home else 0
+    assert unbounded.choose("hot").url == home
+
+
+def test_a_full_kv_cache_passes_a_turn_on_and_is_read_from_the_workers_metrics() -> None:
+    workers = WorkerSet.of(SMALL, ["http://a", "http://b"])
+    for worker in workers.workers:
+        worker.came_up()
+    home = workers.choose("k")
+    workers.update_waiting(home, f'vllm:kv_cache_usage_perc{{engine="0",model_name="{SMALL}"}} 0.97\n'
+                                 f'vllm:num_requests_waiting{{engine="0",model_name="{SMALL}"}} 1.0\n')
+    assert (home.kv_usage, home.waiting) == (0.97, 1)
+    assert workers.choose("k") is not home
+    for worker in workers.workers:
+        worker.kv_usage = 0.99
+    assert workers.choose("k") is home  # every cache full: the key's own worker
+
+
+def test_a_stateless_session_without_a_key_stays_on_the_worker_that_holds_its_prefix(
+        fleet: Fleet, tokenizer: Any) -> None:
+    """Each turn sends the whole history (store false, no prompt_cache_key, as Codex may): the session is keyed by
+    its instructions and first user message, so its turns meet their prefix; other sessions spread."""
+    fleet.play(SMALL, _answer(tokenizer, "Noted."))
+    homes = []
+    for session in range(8):
+        history: list[dict[str, Any]] = [{"role": "user", "content": f"Session {session}: list the files."}]
+        sent = []
+        for turn in range(3):
+            before = _counts(fleet)
+            final = validate_events(fleet.stream(input=history, instructions="You are a coding agent.", store=False))
+            sent += _sent_to(fleet, before)
+            history += [{"role": "assistant", "content": final.output_text},
+                        {"role": "user", "content": f"And then {turn}?"}]
+        assert len(set(sent)) == 1, sent
+        homes.append(sent[0])
+    assert set(homes) == {0, 1}

@@ -3,8 +3,9 @@
 A turn goes to the worker that holds its prefix: rendezvous hashing of its affinity key (its `prompt_cache_key`, its
 conversation, or the first response of its chain) over the workers in rotation, so every gateway, on any replica,
 picks the same worker with no word to another; the next in the hash's order is where it goes when that one fails.
-When that worker has `max_waiting` more requests waiting than the least loaded one, the least loaded goes first
-instead (a cache miss, never an error).
+When that worker runs more than `load_bound` times the mean of what this gateway runs on the model's workers, has
+`max_waiting` more requests waiting than the least loaded one, or a full KV cache, the next of the order with room
+goes first instead (a cache miss, never an error).
 
 A worker's condition is one state machine (Envoy's active health checking and outlier detection in one):
 
@@ -20,6 +21,7 @@ are ejected at once. Down is the health check's word: a model whose every worker
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ from server.rendezvous import rendezvous_order
 
 logger = logging.getLogger(__name__)
 _WAITING = re.compile(r'^vllm:num_requests_waiting\{([^}]*)\}\s+([0-9.eE+-]+)\s*$', re.MULTILINE)
+_KV_USAGE = re.compile(r'^vllm:(?:kv|gpu)_cache_usage_perc\{([^}]*)\}\s+([0-9.eE+-]+)\s*$', re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class Worker:
     ejections: int = 0  # ejections lately (each lasts longer); forgotten after a long spell in rotation
     ejected_until: float = 0.0  # time.monotonic()
     waiting: int = 0  # its own `vllm:num_requests_waiting`, last read
+    kv_usage: float = 0.0  # its own `vllm:kv_cache_usage_perc` (0 to 1), last read
     running: int = 0  # the requests this gateway is streaming from it now
     max_model_len: int | None = None  # its window, as its /v1/models says
     heard_at: float = float("-inf")  # when it last sent this gateway a byte of an answer (time.monotonic())
@@ -162,6 +166,8 @@ class WorkerSet:
     workers: list[Worker]
     max_waiting: int = 8
     policy: OutlierPolicy = OutlierPolicy()
+    load_bound: float = 1.25  # a worker running more than this times the mean passes its turn on (0: no bound)
+    max_kv_usage: float = 0.95  # a worker whose KV cache is this full passes its turn to one less full
     _by_url: dict[str, Worker] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -170,11 +176,12 @@ class WorkerSet:
         ENGINE_WORKERS_UP.labels(self.model).set_function(lambda: len(self.in_rotation()))  # read when scraped
 
     @classmethod
-    def of(cls, model: str, urls: Iterable[str], max_waiting: int = 8,
-           policy: OutlierPolicy = OutlierPolicy()) -> "WorkerSet":
-        return cls(model, [Worker(url, policy) for url in urls], max_waiting, policy)
+    def of(cls, model: str, urls: Iterable[str], max_waiting: int = 8, policy: OutlierPolicy = OutlierPolicy(),
+           load_bound: float = 1.25, max_kv_usage: float = 0.95) -> "WorkerSet":
+        return cls(model, [Worker(url, policy) for url in urls], max_waiting, policy, load_bound, max_kv_usage)
 
-    def update(self, urls: Iterable[str], max_waiting: int, policy: OutlierPolicy) -> None:
+    def update(self, urls: Iterable[str], max_waiting: int, policy: OutlierPolicy, load_bound: float = 1.25,
+               max_kv_usage: float = 0.95) -> None:
         """The fleet changed: workers not listed now leave (their streams in flight finish where they are), new
         ones join down, until their first health check passes; the others keep their condition."""
         urls = list(dict.fromkeys(urls))
@@ -189,7 +196,7 @@ class WorkerSet:
         for worker in self.workers:
             worker.policy = policy
         self._by_url = {worker.url: worker for worker in self.workers}
-        self.max_waiting, self.policy = max_waiting, policy
+        self.max_waiting, self.policy, self.load_bound, self.max_kv_usage = max_waiting, policy, load_bound, max_kv_usage
         ENGINE_WORKERS.labels(self.model).set(len(self.workers))
 
     def in_rotation(self) -> list[Worker]:
@@ -212,10 +219,23 @@ class WorkerSet:
         if affinity is None:
             return sorted(pool, key=lambda worker: (worker.load(), worker.url))
         ranked = [self._by_url[url] for url in rendezvous_order(affinity, [worker.url for worker in pool])]
-        if ranked[0].waiting - least.waiting >= self.max_waiting:
-            ranked.remove(least)
-            ranked.insert(0, least)  # saturated: a miss of its cache costs less than the wait
+        first = next((worker for worker in ranked if self._has_room(worker, pool, least)), least)
+        if first is not ranked[0]:
+            ranked.remove(first)
+            ranked.insert(0, first)  # saturated: a miss of its cache costs less than the wait
         return ranked
+
+    def _has_room(self, worker: Worker, pool: list[Worker], least: Worker) -> bool:
+        """Whether a turn may go to `worker` ahead of the rest of its order: it runs no more than `load_bound` times
+        the mean this gateway runs on the pool (rendezvous with bounded load: a hot key spills to its next choice,
+        in the same order on every gateway), its queue is within `max_waiting` of the least loaded's, and its KV
+        cache is not full while another's is not."""
+        if self.load_bound and worker.running + 1 > math.ceil(
+                self.load_bound * (sum(other.running for other in pool) + 1) / len(pool)):
+            return False
+        if worker.waiting - least.waiting >= self.max_waiting:
+            return False
+        return worker.kv_usage < self.max_kv_usage or least.kv_usage >= self.max_kv_usage
 
     def choose(self, affinity: str | None) -> Worker:
         """The first worker a request with this affinity key tries (EngineUnavailable when every one is down)."""
@@ -230,10 +250,16 @@ class WorkerSet:
             ENGINE_EJECTIONS.labels(self.model).inc()
 
     def update_waiting(self, worker: Worker, metrics_text: str) -> None:
-        """Reads the worker's `vllm:num_requests_waiting` for this model from its /metrics text."""
-        total, found = 0.0, False
-        for labels, value in _WAITING.findall(metrics_text):
-            if f'model_name="{self.model}"' in labels or "model_name=" not in labels:
-                total, found = total + float(value), True
-        if found:
-            worker.waiting = int(total)
+        """Reads the worker's waiting requests and KV-cache use for this model from its /metrics text."""
+        waiting = self._read(_WAITING, metrics_text)
+        if waiting is not None:
+            worker.waiting = int(sum(waiting))
+        usage = self._read(_KV_USAGE, metrics_text)
+        if usage:
+            worker.kv_usage = max(usage)
+
+    def _read(self, pattern: re.Pattern[str], metrics_text: str) -> list[float] | None:
+        """The values of a series for this model (each engine's), None when the text has none."""
+        values = [float(value) for labels, value in pattern.findall(metrics_text)
+                  if f'model_name="{self.model}"' in labels or "model_name=" not in labels]
+        return values if values else None

@@ -11,6 +11,8 @@
     max_ejected_share = 0.5       # optional: at most this share of a model's workers is ejected at once
     retry_budget = 0.2            # optional: retries in flight at most this share of the requests in flight,
     min_retries = 3               # optional: or this many
+    load_bound = 1.25             # optional: a worker running more than this times the mean passes a turn on (0: off)
+    max_kv_usage = 0.95           # optional: a worker whose KV cache is this full passes a turn to one less full
 
     [[models]]
     name = "SmolLM2-135M-Instruct"                   # what clients send as `model`
@@ -48,7 +50,7 @@ _MODEL_KEYS = {"name", "path", "engines", "reasoning_parser", "tool_call_parser"
                "idle_seconds", "api_key_env", "api_key_file", "ca_file"}
 _OUTLIER_KEYS = ("failures_to_eject", "ejection_seconds", "max_ejection_seconds", "max_ejected_share")
 _TOP_KEYS = {"models", "health_seconds", "max_waiting", "first_token_seconds", "idle_seconds", "retry_budget",
-             "min_retries", *_OUTLIER_KEYS}
+             "min_retries", "load_bound", "max_kv_usage", *_OUTLIER_KEYS}
 _URL = re.compile(r"https?://[^/\s]+(/\S*)?")
 
 
@@ -74,6 +76,8 @@ class Fleet:
     outliers: OutlierPolicy = OutlierPolicy()
     retry_budget: float = 0.2
     min_retries: int = 3
+    load_bound: float = 1.25
+    max_kv_usage: float = 0.95
 
 
 class FleetFileError(ValueError):
@@ -114,8 +118,12 @@ def read_fleet_file(path: Path) -> Fleet:
         max_ejection_seconds=_seconds(document, "max_ejection_seconds", None, lines,
                                       OutlierPolicy.max_ejection_seconds),
         max_ejected_share=_share(document, "max_ejected_share", lines, OutlierPolicy.max_ejected_share))
+    bound = document.get("load_bound", 1.25)
+    if not isinstance(bound, (int, float)) or isinstance(bound, bool) or not (bound == 0 or bound >= 1):
+        raise lines.error("`load_bound` must be 0 (no bound) or a number of 1 or more", key="load_bound")
     return Fleet(tuple(models), float(health), waiting, outliers, _share(document, "retry_budget", lines, 0.2),
-                 _whole(document, "min_retries", lines, 3, least=0))
+                 _whole(document, "min_retries", lines, 3, least=0), float(bound),
+                 _share(document, "max_kv_usage", lines, 0.95))
 
 
 def _seconds(entry: dict[str, Any], key: str, index: int | None, lines: "_Lines", default: float) -> float:

@@ -3,10 +3,11 @@ its priority, and the affinity key that keeps a conversation's turns on the work
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from server.history.sealing import Sealer
-from server.requests import ResponsesRequest
+from server.requests import MessageItem, ResponsesRequest
 
 CACHE_SALT_PURPOSE = "prefix-cache-salt"
 
@@ -24,6 +25,17 @@ def placement(body: ResponsesRequest, project: str, history_start: str | None, s
               isolate_projects: bool, priority: int = 0) -> Placement:
     """A response's placement: salted by its project unless the operator lets projects share the cache; kept with
     its conversation by its `prompt_cache_key`, else where its history starts (the conversation, or the chain's first
-    response)."""
+    response), else by its leading items (a stateless client that sends no key: every turn of its session sends the
+    same instructions and first user message, so they find the worker that holds their prefix)."""
     salt = sealer.tag(CACHE_SALT_PURPOSE, project) if isolate_projects else None
-    return Placement(salt, priority, body.prompt_cache_key or history_start)
+    return Placement(salt, priority, body.prompt_cache_key or history_start or leading_key(body, project))
+
+
+def leading_key(body: ResponsesRequest, project: str) -> str | None:
+    """A key for a session from what each of its turns sends first: its model, instructions and first user
+    message (None: the input has no user message)."""
+    first = next((item for item in body.input_items() if isinstance(item, MessageItem) and item.role == "user"), None)
+    if first is None:
+        return None
+    seen = "\0".join((project, body.model or "", body.instructions or "", first.text()))
+    return "lead:" + hashlib.sha256(seen.encode()).hexdigest()[:32]
