@@ -42,5 +42,13 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -n
   "$VENV/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
   touch "$stamp"
 fi
+# checkov, the scanner platform teams run on Kubernetes manifests (tests/test_deploy.py), in a venv of its own: its
+# pinned dependencies stay apart from the server's.
+TOOLS="${TOOLS_VENV:-.venv-tools}"
+CHECKOV=3.3.30
+if [ "$("$TOOLS/bin/checkov" --version 2>/dev/null)" != "$CHECKOV" ]; then
+  [ -x "$TOOLS/bin/python" ] || "$PY" -m venv "$TOOLS"
+  "$TOOLS/bin/pip" install --quiet --disable-pip-version-check "checkov==$CHECKOV"
+fi
 # The docs site (docs/ and mkdocs.yml), built in strict mode: what the server serves at /guide/.
 NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir build/docs-site

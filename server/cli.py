@@ -85,10 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="append one JSON line of engine output per request to FILE")
     server.add_argument("--replay-engine-output", type=Path, default=None, metavar="FILE",
                         help="serve recorded engine output from FILE instead of running the model")
-    server.add_argument("--store", default=None, metavar="URL",
-                        help="where responses are stored: sqlite:///PATH (default: sqlite in "
-                        "$RESPONSES_SERVER_DATA or ~/.local/share/responses-server), postgresql://USER@HOST/DB "
-                        "(shared by replicas), or 'none'")
+    server.add_argument("--store", default=os.environ.get("RESPONSES_SERVER_STORE"), metavar="URL",
+                        help="where responses are stored: sqlite:///PATH (default: $RESPONSES_SERVER_STORE, else sqlite "
+                        "in $RESPONSES_SERVER_DATA or ~/.local/share/responses-server), postgresql://USER@HOST/DB "
+                        "(shared by replicas; from the environment, its password stays out of the process list), "
+                        "or 'none'")
     server.add_argument("--store-max-age", type=float, default=None, metavar="SECONDS",
                         help="delete stored responses older than this")
     server.add_argument("--store-max-count", type=int, default=None, metavar="N",
