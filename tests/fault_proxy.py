@@ -92,8 +92,8 @@ class FaultProxy:
                 return
             link.upstream.write(first)
             await asyncio.gather(self._requests(reader, link), self._pump(up_reader, writer, drip=True))
-        except (OSError, asyncio.IncompleteReadError):
-            pass
+        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # a reset, or the proxy stopping
         finally:
             self._links.discard(link)
             for end in (writer, link.upstream):

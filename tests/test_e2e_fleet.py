@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -236,6 +237,78 @@ def test_vllm_router_in_front_of_two_workers(fleet: Fleet, bundled_model: Path, 
             gateway.stop()
     finally:
         router.stop()
+
+
+def _gateway_metric(gateway: RunningServer, name: str, **labels: str) -> float:
+    text = httpx.get(f"{gateway.base_url.removesuffix('/v1')}/metrics", timeout=10).text
+    total = 0.0
+    for found in re.finditer(rf"^{re.escape(name)}{{([^}}]*)}} (\S+)$", text, re.M):
+        if all(f'{key}="{value}"' in found.group(1) for key, value in labels.items()):
+            total += float(found.group(2))
+    return total
+
+
+def test_faults_between_the_gateway_and_real_workers_retry_eject_and_move_streams_through_the_sdk(
+        fleet: Fleet, bundled_model: Path, tiny_gpt_oss: Path, tmp_path: Path) -> None:
+    """A second gateway reaches the two real workers through fault proxies, talked to by the strict openai SDK:
+    a worker answering 503 (a router with no room) costs no turn (each goes to the peer) and is ejected; a worker cut
+    off mid-stream (a black hole) has its stream go on on the peer; the fleet file changed and SIGHUP moves every
+    turn to the worker it names; a gateway whose `path` is another model's is refused at start, naming the fix."""
+    from contextlib import contextmanager
+
+    from tests.fault_proxy import fault_proxy
+
+    with contextmanager(fault_proxy)(fleet.smol[0].port) as first, contextmanager(fault_proxy)(
+            fleet.smol[1].port) as second:
+        proxies = [first, second]
+        path = fleet_file(tmp_path / "fleet.toml", [proxy.url for proxy in proxies], [], bundled_model, tiny_gpt_oss)
+        gateway = RunningServer(["--fleet", str(path)], tmp_path / "gateway.log")
+        try:
+            client = gateway.client
+            first.set("status_503")
+            for n in range(40):  # until three turns in a row have met the 503s (keys spread at random)
+                answer = client.responses.create(model=SMOL, input="Hi!", max_output_tokens=4,
+                                                 prompt_cache_key=f"k{n}", store=False)
+                assert answer.status in ("completed", "incomplete")
+                if _gateway_metric(gateway, "responses_server_engine_worker_ejections_total"):
+                    break
+            assert _gateway_metric(gateway, "responses_server_engine_retries_total", reason="status") >= 3
+            assert _gateway_metric(gateway, "responses_server_engine_worker_ejections_total") == 1
+            first.set("pass")
+            seen, kinds = "", []
+            with client.responses.create(model=SMOL, input="Count from 1 to 1000.", max_output_tokens=120,
+                                         temperature=0, stream=True) as stream:
+                for event in stream:
+                    kinds.append(event.type)
+                    if event.type == "response.output_text.delta" and kinds.count(event.type) <= 3:
+                        seen += event.delta  # what the client had when its worker was cut off
+                        if kinds.count(event.type) == 3:
+                            proxies[_running_on(fleet.smol)].set("black_hole")
+                    final = getattr(event, "response", None)
+            assert kinds[-1] in ("response.completed", "response.incomplete"), kinds[-3:]
+            assert final is not None and final.output_text.startswith(seen) and len(final.output_text) > len(seen)
+            assert _gateway_metric(gateway, "responses_server_engine_streams_moved_total", outcome="resume") == 1
+            for proxy in proxies:
+                proxy.set("pass")
+            path.write_text(path.read_text().replace(json.dumps([first.url, second.url]), json.dumps([second.url])))
+            gateway.process.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 30
+            while 'responses_server_engine_workers{model="' + SMOL + '"} 1.0' not in httpx.get(
+                    f"{gateway.base_url.removesuffix('/v1')}/metrics").text and time.monotonic() < deadline:
+                time.sleep(0.5)
+            deadline = time.monotonic() + 60
+            while any(worker.metric("vllm:num_requests_running") for worker in fleet.smol) and \
+                    time.monotonic() < deadline:
+                time.sleep(0.5)  # the stream cut off is aborted on its worker once the proxy passes again
+            before = _served(fleet.smol)
+            for n in range(4):
+                client.responses.create(model=SMOL, input="Hi!", max_output_tokens=4, prompt_cache_key=f"j{n}")
+            assert _served_since(fleet.smol, before, 4) == [0, 4]  # the one worker the file names now
+        finally:
+            gateway.stop()
+    wrong = fleet_file(tmp_path / "wrong.toml", [fleet.smol[0].url], [], tiny_gpt_oss, tiny_gpt_oss)
+    with pytest.raises(RuntimeError, match="tokenizes otherwise than the gateway's `path`"):
+        RunningServer(["--fleet", str(wrong)], tmp_path / "wrong.log")
 
 
 def _streamed_through(base_url: str, fault: Any, **body: Any) -> tuple[list[dict[str, Any]], str]:

@@ -738,3 +738,33 @@ def test_a_stateless_session_without_a_key_stays_on_the_worker_that_holds_its_pr
         assert len(set(sent)) == 1, sent
         homes.append(sent[0])
     assert set(homes) == {0, 1}
+
+
+def test_past_the_per_worker_cap_requests_wait_and_take_turns_between_projects(tokenizer: Any) -> None:
+    """One request at a time on the one worker: a project that sent four at once waits behind its own; another
+    project's request, sent after them, goes second, not fifth."""
+    import asyncio
+
+    from server.engine.interface import EngineRequest, SamplingSettings
+
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[_answer(tokenizer, "Taking turns.")], step_delay=0.05)
+    worker = ScaleOutWorker(engine, SMALL)
+    with serve_asgi(worker) as port:
+        remote = RemoteEngine(WorkerSet.of(SMALL, [f"http://127.0.0.1:{port}"], max_running=1), tokenizer)
+        remote.probe_all()
+
+        async def one(name: str, project: str) -> None:
+            request = EngineRequest(name, [1, 2, 3], SamplingSettings(max_tokens=8), project=project)
+            assert [step async for step in remote.generate(request)]
+
+        async def run() -> None:
+            crowd = [asyncio.create_task(one(f"a{n}", "alpha")) for n in range(4)]
+            await asyncio.sleep(0.01)
+            assert len(remote.workers.queue) == 3  # one runs, three wait
+            late = asyncio.create_task(one("b0", "beta"))
+            await asyncio.gather(*crowd, late)
+            await remote.shutdown()
+
+        asyncio.run(run())
+    started = [body["request_id"] for body in worker.bodies]
+    assert started[0] == "a0" and started[1] == "b0" and sorted(started[2:]) == ["a1", "a2", "a3"], started

@@ -54,6 +54,7 @@ class EngineRequest:
     cache_salt: str | None = None
     priority: int = 0  # vLLM's priority scheduling (lower runs first), where the engine runs with it
     affinity: str | None = None  # what keeps a conversation's turns on one worker of a fleet (its prefix is there)
+    project: str = "default"  # whose request: a fleet's queue takes waiting requests in turn between projects
     # The W3C trace context of the span this request runs under (`traceparent`): the engine's own span joins it
     trace_headers: dict[str, str] | None = None
 

@@ -249,7 +249,7 @@ class RemoteEngine:
                 if attempt is None:  # lost with its whole budget generated: it ended as it would have
                     yield progress.budget_spent()
                     return
-                worker = self._next_worker(request.affinity, tried, progress)
+                worker = await self._next_worker(request, tried, progress)
                 tried.add(worker)
                 try:
                     async for step in self._generate_on(worker, attempt, images):
@@ -267,14 +267,20 @@ class RemoteEngine:
             self.budget.requests -= 1
             self.budget.retries -= retrying
 
-    def _next_worker(self, affinity: str | None, tried: set[Worker], progress: Progress) -> Worker:
-        """The first of the affinity's order not tried yet for this request."""
-        for worker in self.workers.order(affinity):
-            if worker not in tried:
-                return worker
-        if progress.generated:
-            raise EngineUnavailable(WORKER_LOST)
-        raise EngineUnavailable(BUSY.format(model=self.workers.model))
+    async def _next_worker(self, request: EngineRequest, tried: set[Worker], progress: Progress) -> Worker:
+        """The first of the affinity's order not tried yet for this request that has room (under the per-worker
+        cap); while none has, the request waits in the model's queue, in turn with other projects' requests."""
+        while True:
+            candidates = [worker for worker in self.workers.order(request.affinity) if worker not in tried]
+            if not candidates:
+                if progress.generated:
+                    raise EngineUnavailable(WORKER_LOST)
+                raise EngineUnavailable(BUSY.format(model=self.workers.model))
+            for worker in candidates:
+                if self.workers.has_room(worker):
+                    self.workers.queue.started(request.project)
+                    return worker
+            await self.workers.queue.wait(request.project)
 
     def _moving(self, lost: "_Lost", progress: Progress) -> None:
         """Counts a loss that moves the request to a peer (EngineUnavailable for one that cannot move)."""
@@ -347,6 +353,7 @@ class RemoteEngine:
         finally:
             worker.streams.discard(watch)
             worker.running -= 1
+            self.workers.released()
             if aborting and not reader.done:
                 self._abort(worker, request.request_id)
         for step in last:

@@ -29,6 +29,7 @@ from enum import Enum
 from typing import Iterable, Protocol
 
 from server.metrics import ENGINE_EJECTIONS, ENGINE_WORKERS, ENGINE_WORKERS_UP
+from server.engine.fair_queue import FairQueue
 from server.engine.interface import EngineUnavailable
 from server.rendezvous import rendezvous_order
 
@@ -168,6 +169,8 @@ class WorkerSet:
     policy: OutlierPolicy = OutlierPolicy()
     load_bound: float = 1.25  # a worker running more than this times the mean passes its turn on (0: no bound)
     max_kv_usage: float = 0.95  # a worker whose KV cache is this full passes its turn to one less full
+    max_running: int = 0  # what this gateway runs on one worker at most; more waits in `queue` (0: no cap)
+    queue: FairQueue = field(default_factory=FairQueue)  # requests waiting for room, in turn between projects
     _by_url: dict[str, Worker] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -177,11 +180,12 @@ class WorkerSet:
 
     @classmethod
     def of(cls, model: str, urls: Iterable[str], max_waiting: int = 8, policy: OutlierPolicy = OutlierPolicy(),
-           load_bound: float = 1.25, max_kv_usage: float = 0.95) -> "WorkerSet":
-        return cls(model, [Worker(url, policy) for url in urls], max_waiting, policy, load_bound, max_kv_usage)
+           load_bound: float = 1.25, max_kv_usage: float = 0.95, max_running: int = 0) -> "WorkerSet":
+        return cls(model, [Worker(url, policy) for url in urls], max_waiting, policy, load_bound, max_kv_usage,
+                   max_running)
 
     def update(self, urls: Iterable[str], max_waiting: int, policy: OutlierPolicy, load_bound: float = 1.25,
-               max_kv_usage: float = 0.95) -> None:
+               max_kv_usage: float = 0.95, max_running: int = 0) -> None:
         """The fleet changed: workers not listed now leave (their streams in flight finish where they are), new
         ones join down, until their first health check passes; the others keep their condition."""
         urls = list(dict.fromkeys(urls))
@@ -197,6 +201,9 @@ class WorkerSet:
             worker.policy = policy
         self._by_url = {worker.url: worker for worker in self.workers}
         self.max_waiting, self.policy, self.load_bound, self.max_kv_usage = max_waiting, policy, load_bound, max_kv_usage
+        self.max_running = max_running
+        for _ in range(len(self.queue)):  # a cap raised or lifted, or new workers: the waiting may go
+            self.queue.wake_one()
         ENGINE_WORKERS.labels(self.model).set(len(self.workers))
 
     def in_rotation(self) -> list[Worker]:
@@ -236,6 +243,15 @@ class WorkerSet:
         if worker.waiting - least.waiting >= self.max_waiting:
             return False
         return worker.kv_usage < self.max_kv_usage or least.kv_usage >= self.max_kv_usage
+
+    def has_room(self, worker: Worker) -> bool:
+        """Whether this gateway may run one more request on `worker` (under `max_running`)."""
+        return not self.max_running or worker.running < self.max_running
+
+    def released(self) -> None:
+        """A request ended on one of the workers: a waiting one may go."""
+        if self.max_running:
+            self.queue.wake_one()
 
     def choose(self, affinity: str | None) -> Worker:
         """The first worker a request with this affinity key tries (EngineUnavailable when every one is down)."""

@@ -13,6 +13,8 @@
     min_retries = 3               # optional: or this many
     load_bound = 1.25             # optional: a worker running more than this times the mean passes a turn on (0: off)
     max_kv_usage = 0.95           # optional: a worker whose KV cache is this full passes a turn to one less full
+    max_running_per_worker = 0    # optional: what a gateway runs on one worker at most; more wait, in turn between
+                                  # projects (0: no cap)
 
     [[models]]
     name = "SmolLM2-135M-Instruct"                   # what clients send as `model`
@@ -50,7 +52,7 @@ _MODEL_KEYS = {"name", "path", "engines", "reasoning_parser", "tool_call_parser"
                "idle_seconds", "api_key_env", "api_key_file", "ca_file"}
 _OUTLIER_KEYS = ("failures_to_eject", "ejection_seconds", "max_ejection_seconds", "max_ejected_share")
 _TOP_KEYS = {"models", "health_seconds", "max_waiting", "first_token_seconds", "idle_seconds", "retry_budget",
-             "min_retries", "load_bound", "max_kv_usage", *_OUTLIER_KEYS}
+             "min_retries", "load_bound", "max_kv_usage", "max_running_per_worker", *_OUTLIER_KEYS}
 _URL = re.compile(r"https?://[^/\s]+(/\S*)?")
 
 
@@ -78,6 +80,7 @@ class Fleet:
     min_retries: int = 3
     load_bound: float = 1.25
     max_kv_usage: float = 0.95
+    max_running_per_worker: int = 0
 
 
 class FleetFileError(ValueError):
@@ -123,7 +126,8 @@ def read_fleet_file(path: Path) -> Fleet:
         raise lines.error("`load_bound` must be 0 (no bound) or a number of 1 or more", key="load_bound")
     return Fleet(tuple(models), float(health), waiting, outliers, _share(document, "retry_budget", lines, 0.2),
                  _whole(document, "min_retries", lines, 3, least=0), float(bound),
-                 _share(document, "max_kv_usage", lines, 0.95))
+                 _share(document, "max_kv_usage", lines, 0.95),
+                 _whole(document, "max_running_per_worker", lines, 0, least=0))
 
 
 def _seconds(entry: dict[str, Any], key: str, index: int | None, lines: "_Lines", default: float) -> float:

@@ -19,6 +19,7 @@ class Placement:
     cache_salt: str | None = None  # None: the prefix cache is shared with every project
     priority: int = 0
     affinity: str | None = None  # None: the response's own id (a new conversation starts on the worker it hashes to)
+    project: str = "default"  # whose response (a fleet's queue is fair between projects)
 
 
 def placement(body: ResponsesRequest, project: str, history_start: str | None, sealer: Sealer,
@@ -28,7 +29,7 @@ def placement(body: ResponsesRequest, project: str, history_start: str | None, s
     response), else by its leading items (a stateless client that sends no key: every turn of its session sends the
     same instructions and first user message, so they find the worker that holds their prefix)."""
     salt = sealer.tag(CACHE_SALT_PURPOSE, project) if isolate_projects else None
-    return Placement(salt, priority, body.prompt_cache_key or history_start or leading_key(body, project))
+    return Placement(salt, priority, body.prompt_cache_key or history_start or leading_key(body, project), project)
 
 
 def leading_key(body: ResponsesRequest, project: str) -> str | None:

@@ -105,7 +105,7 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
     tracing.annotate({"gen_ai.response.id": run.response_id, "gen_ai.request.model": run.builder.model,
                       "responses_server.project": project})
     name_request(run.response_id, project)
-    placed = Placement(placed.cache_salt, placed.priority, run.request.affinity)  # every pass where the first ran
+    placed = Placement(placed.cache_salt, placed.priority, run.request.affinity, placed.project)  # where the first ran
     loop = HostedLoop(context, hosted, conversation, body, fetched, keys, placed) if hosted.runs_tools else None
     run.hosted = loop
     engine = context.model(body.model).engine
@@ -350,7 +350,8 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
     return ResponseRun(
         engine=engine,
         request=EngineRequest(builder.response_id, prompt, sampling, images, cache_salt=placed.cache_salt,
-                              priority=placed.priority, affinity=placed.affinity or builder.response_id),
+                              priority=placed.priority, affinity=placed.affinity or builder.response_id,
+                              project=placed.project),
         parser=parser,
         decoder=path.new_decoder(),
         builder=builder,
