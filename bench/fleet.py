@@ -50,7 +50,7 @@ CPU = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "4096", "--no
        "--max-num-batched-tokens", "4096"]
 OUTPUT_TOKENS = 16
 PORTS = {"embedded": 8811, "w1": 8812, "w2": 8813, "router": 8814, "g1": 8815, "g2": 8816, "fleet": 8818,
-         "routed": 8819, "smg": 8820}
+         "routed": 8819, "smg": 8820, "unbounded": 8821}
 
 
 def paragraph(session: str, turn: int) -> str:
@@ -83,7 +83,7 @@ async def turn_of(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> 
 
 
 async def session(client: httpx.AsyncClient, url: str, model: str, name: str, turns: int,
-                  stateless: bool, output_tokens: int = OUTPUT_TOKENS) -> list[dict[str, Any]]:
+                  stateless: bool, output_tokens: int = OUTPUT_TOKENS, keyed: bool = True) -> list[dict[str, Any]]:
     history: list[dict[str, Any]] = []
     previous, rows = None, []
     for turn in range(1, turns + 1):
@@ -91,7 +91,7 @@ async def session(client: httpx.AsyncClient, url: str, model: str, name: str, tu
         body: dict[str, Any] = {"model": model, "temperature": 0, "max_output_tokens": output_tokens}
         if stateless:
             history.append(message)
-            body.update(input=history, store=False, prompt_cache_key=name)
+            body.update(input=history, store=False, **({"prompt_cache_key": name} if keyed else {}))
         else:
             body.update(input=[message], **({"previous_response_id": previous} if previous else {}))
         row = await turn_of(client, url, body)
@@ -123,14 +123,14 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def run_arm(arm: str, url: str, model: str, gateway_pid: int, engine_ports: list[int], sessions: int,
-                  turns: int, output_tokens: int = OUTPUT_TOKENS, tag: str = "") -> dict[str, Any]:
+                  turns: int, output_tokens: int = OUTPUT_TOKENS, tag: str = "", keyed: bool = True) -> dict[str, Any]:
     """The workload once on one arm (its sessions named with `tag`: no round finds another's cache): per turn its
     TTFT; the gateway's CPU per output token; the engines' prefix-cache counts."""
     queries_before, hits_before = cache_counters(engine_ports)
     cpu_before = cpu_seconds(gateway_pid)
     async with httpx.AsyncClient(timeout=600) as client:
         runs = [session(client, url, model, f"{arm.replace(' ', '_')}{tag}-{kind}{n}", turns, kind == "s",
-                        output_tokens)
+                        output_tokens, keyed)
                 for n in range(sessions) for kind in ("c", "s")]
         rows = [row for rows in await asyncio.gather(*runs) for row in rows]
     cpu = cpu_seconds(gateway_pid) - cpu_before
@@ -199,7 +199,7 @@ class Arm:
 
 
 def measure_rounds(arms: list[Arm], model: str, rounds: int, sessions: int, turns: int, output_tokens: int,
-                   block: str = "scale-out") -> list[dict[str, Any]]:
+                   block: str = "scale-out", keyed: bool = True) -> list[dict[str, Any]]:
     """Each arm warmed once, then the workload on every arm in turn, `rounds` times: each round's rows (arms
     measured in one `block` share their rounds)."""
     for arm in arms:
@@ -209,7 +209,7 @@ def measure_rounds(arms: list[Arm], model: str, rounds: int, sessions: int, turn
         for arm in arms:
             print(f"[fleet] round {number + 1}/{rounds}: {arm.name} ...", file=sys.stderr, flush=True)
             row = asyncio.run(run_arm(arm.name, arm.url, model, arm.pid, arm.engine_ports, sessions, turns,
-                                      output_tokens, tag=f"r{number}"))
+                                      output_tokens, tag=f"r{number}", keyed=keyed))
             rows.append({"block": block, "round": number + 1, **row})
     return rows
 
@@ -257,6 +257,10 @@ def main() -> None:
     options.add_argument("--no-smg", action="store_true", help="leave SGLang's gateway out")
     options.add_argument("--output-tokens", type=int, default=OUTPUT_TOKENS, help="each turn's max_output_tokens")
     options.add_argument("--name", default="fleet", help="the results' name: NAME.json and NAME.png")
+    options.add_argument("--no-keys", action="store_true", help="stateless sessions send no prompt_cache_key (as "
+                         "Codex may): each finds its prefix by its leading items, or not")
+    options.add_argument("--unbounded", action="store_true", help="one more arm: the rendezvous gateway with no "
+                         "load bound (load_bound = 0), beside the default bound")
     args = options.parse_args()
     from server.bundled_model import BUNDLED_MODEL_NAME, ensure_bundled_model
 
@@ -283,8 +287,14 @@ def main() -> None:
         time.sleep(3)
         routed = fleet_file(logs / "routed.toml", name, model, [f"http://127.0.0.1:{PORTS['router']}"])
         round_robin = serve("fleet, round robin", "routed", ["--fleet", str(routed)], [PORTS["w1"], PORTS["w2"]])
-        rows = measure_rounds([embedded, rendezvous, round_robin], name, args.rounds, args.sessions, args.turns,
-                              args.output_tokens)
+        arms = [embedded, rendezvous, round_robin]
+        if args.unbounded:
+            unbounded = logs / "unbounded.toml"
+            unbounded.write_text("load_bound = 0\n" + fleet.read_text())
+            arms.append(serve("fleet, rendezvous, no load bound", "unbounded", ["--fleet", str(unbounded)],
+                              [PORTS["w1"], PORTS["w2"]]))
+        rows = measure_rounds(arms, name, args.rounds, args.sessions, args.turns, args.output_tokens,
+                              keyed=not args.no_keys)
     if not args.no_smg:
         rows += smg_rounds(model, name, logs, args)
     results = summary(rows)

@@ -202,18 +202,20 @@ def main() -> None:
     options.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = options.parse_args()
     model = ensure_bundled_model()
-    with ExitStack() as stack, tempfile.TemporaryDirectory() as folder:
-        logs = Path(folder)
+    logs = Path(tempfile.mkdtemp(prefix="bench-fleet-chaos-"))
+    print(f"[chaos] logs in {logs}", file=sys.stderr)
+    os.environ.update(VLLM_CPU_KVCACHE_SPACE="2", RESPONSES_SERVER_DATA=str(logs / "data"))
+    with ExitStack() as stack:
         proxies = [stack.enter_context(contextmanager(fault_proxy)(PORTS[name])) for name in ("w0", "w1")]
         workers = [Worker(name, model, logs, proxy) for name, proxy in zip(("w0", "w1"), proxies)]
         for worker in workers:
-            worker.start()
             stack.callback(worker.stop)
+            worker.start()
         path = logs / "fleet.toml"
         fleet_file(path, BUNDLED_MODEL_NAME, model, [proxy.url for proxy in proxies])
         path.write_text("health_seconds = 0.5\nidle_seconds = 20\n" + path.read_text())
         gateway = stack.enter_context(Server([sys.executable, "-m", "server", "--fleet", str(path), "--port",
-                                              str(PORTS["gateway"]), "--store", "none"], PORTS["gateway"],
+                                              str(PORTS["gateway"])], PORTS["gateway"],
                                              logs / "gateway.log"))
         url = f"http://127.0.0.1:{gateway.port}"
         asyncio.run(workload(url, 2, 20))  # warm: templates, connections, caches

@@ -768,3 +768,27 @@ def test_past_the_per_worker_cap_requests_wait_and_take_turns_between_projects(t
         asyncio.run(run())
     started = [body["request_id"] for body in worker.bodies]
     assert started[0] == "a0" and started[1] == "b0" and sorted(started[2:]) == ["a1", "a2", "a3"], started
+
+
+def test_a_stream_moved_once_goes_back_to_its_first_worker_when_the_second_fails_too(
+        tokenizer: Any, tmp_path: Path) -> None:
+    """A dies mid-stream (the stream goes on on B); A comes back; then B hangs: the stream goes on on A again, not
+    lost for having tried A once (seen in bench/fleet_chaos.py: a SIGSTOP, then a black hole on the other)."""
+    import threading
+
+    with ExitStack() as stack:
+        fleet = Fleet(tokenizer, stack, SEALER, tmp_path / "r.db", small_engine=_continuing(tokenizer),
+                      limits=StallLimits(first_token_seconds=30, idle_seconds=3))
+        home = _home(fleet, "k")
+        first, second = fleet.workers[home], fleet.workers[1 - home]
+        first.drop_after, second.hang_after = 2, 2
+
+        def recover_later(sent: int) -> None:
+            if sent == 1:  # A is down by now or soon (its /health fails twice); it recovers a second later
+                threading.Timer(1.0, lambda: (setattr(first, "healthy", True),
+                                              setattr(first, "drop_after", None))).start()
+
+        second.on_chunk = recover_later
+        events = fleet.stream(input="Where?", prompt_cache_key="k", max_output_tokens=100)
+        assert events[-1]["type"] == "response.completed" and _deltas(events) == ANSWER
+        assert len(first.bodies) == 2 and len(second.bodies) == 1  # A, B, then A again

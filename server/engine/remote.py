@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from contextlib import suppress
 from concurrent.futures import Future
 from contextvars import ContextVar
@@ -241,7 +242,7 @@ class RemoteEngine:
         replaced by the next (under the retry budget); one lost after goes on as `Progress` decides (resumption.py):
         on a peer, from the tokens already generated, with the budget left; or the response ends failed."""
         images = await self.inputs.content_parts(request)  # once, whichever worker takes the request
-        progress, tried, retrying = Progress(request), set[Worker](), False
+        progress, tried, retrying = Progress(request), dict[Worker, float](), False
         self.budget.requests += 1
         try:
             while True:
@@ -250,12 +251,12 @@ class RemoteEngine:
                     yield progress.budget_spent()
                     return
                 worker = await self._next_worker(request, tried, progress)
-                tried.add(worker)
                 try:
                     async for step in self._generate_on(worker, attempt, images):
                         yield progress.seen(step)
                     return
                 except _Lost as lost:
+                    tried[worker] = time.monotonic()
                     if lost.before_answer and lost.reason != "refused" and not retrying:
                         if not self.budget.allows():
                             ENGINE_RETRIES.labels(self.workers.model, "over_budget").inc()
@@ -267,11 +268,13 @@ class RemoteEngine:
             self.budget.requests -= 1
             self.budget.retries -= retrying
 
-    async def _next_worker(self, request: EngineRequest, tried: set[Worker], progress: Progress) -> Worker:
-        """The first of the affinity's order not tried yet for this request that has room (under the per-worker
+    async def _next_worker(self, request: EngineRequest, tried: dict[Worker, float], progress: Progress) -> Worker:
+        """The first of the affinity's order not tried yet for this request (or back up since it failed it: a second
+        fault elsewhere can go back to a worker that recovered from the first) that has room (under the per-worker
         cap); while none has, the request waits in the model's queue, in turn with other projects' requests."""
         while True:
-            candidates = [worker for worker in self.workers.order(request.affinity) if worker not in tried]
+            candidates = [worker for worker in self.workers.order(request.affinity)
+                          if worker not in tried or worker.back_since(tried[worker])]
             if not candidates:
                 if progress.generated:
                     raise EngineUnavailable(WORKER_LOST)
@@ -346,6 +349,7 @@ class RemoteEngine:
             raise self._failed(worker, _Lost(f"{exc.__class__.__name__}: {exc}", "reset",
                                               before_answer=not answered)) from exc
         except _Lost as lost:
+            aborting = not lost.before_answer  # a 503 or 429: the worker did not take it
             raise self._failed(worker, lost)
         else:
             worker.answered()

@@ -81,6 +81,7 @@ class Worker:
     running: int = 0  # the requests this gateway is streaming from it now
     max_model_len: int | None = None  # its window, as its /v1/models says
     heard_at: float = float("-inf")  # when it last sent this gateway a byte of an answer (time.monotonic())
+    up_since: float = float("-inf")  # when it last became up (time.monotonic())
     streams: set[Watched] = field(default_factory=set)  # its streams in flight, moved if it goes down
 
     @property
@@ -142,6 +143,10 @@ class Worker:
         if self.ejections and now - self.ejected_until > self.policy.max_ejection_seconds:
             self.ejections = 0  # long enough in rotation: the next ejection is a first one again
 
+    def back_since(self, failed_at: float) -> bool:
+        """Whether it is up again, having come back after a failure at `failed_at` (time.monotonic())."""
+        return self.condition is Condition.UP and self.up_since > failed_at
+
     def came_up(self) -> None:
         """Seen serving (its start check passed)."""
         self.probe_failures = self.failures = 0
@@ -153,6 +158,8 @@ class Worker:
                 logger.info("engine worker %s is up", self.url)
             else:
                 logger.warning("engine worker %s is %s: %s", self.url, condition.value, problem)
+        if condition is Condition.UP and self.condition is not Condition.UP:
+            self.up_since = time.monotonic()
         self.condition, self.problem = condition, problem
         if condition is Condition.DOWN:
             for stream in list(self.streams):
