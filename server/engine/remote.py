@@ -242,7 +242,7 @@ class RemoteEngine:
         replaced by the next (under the retry budget); one lost after goes on as `Progress` decides (resumption.py):
         on a peer, from the tokens already generated, with the budget left; or the response ends failed."""
         images = await self.inputs.content_parts(request)  # once, whichever worker takes the request
-        progress, tried, retrying = Progress(request), dict[Worker, float](), False
+        progress, tried, retrying = Progress(request), dict[Worker, float](), False  # tried: when each failed it
         self.budget.requests += 1
         try:
             while True:
@@ -273,9 +273,10 @@ class RemoteEngine:
         fault elsewhere can go back to a worker that recovered from the first) that has room (under the per-worker
         cap); while none has, the request waits in the model's queue, in turn with other projects' requests."""
         while True:
-            candidates = [worker for worker in self.workers.order(request.affinity)
-                          if worker not in tried or worker.back_since(tried[worker])]
-            if not candidates:
+            order = self.workers.order(request.affinity)
+            candidates = [worker for worker in order if worker not in tried] + [
+                worker for worker in order if worker in tried and worker.back_since(tried[worker])]
+            if not candidates or progress.attempts > 2 * len(order):
                 if progress.generated:
                     raise EngineUnavailable(WORKER_LOST)
                 raise EngineUnavailable(BUSY.format(model=self.workers.model))

@@ -22,6 +22,7 @@ class Progress:
 
     request: EngineRequest
     generated: list[int] = field(default_factory=list)
+    attempts: int = 0  # workers asked so far
     _offset: int = 0  # the tokens generated before the attempt now running (in its prompt)
 
     def after_loss(self) -> Move:
@@ -35,6 +36,7 @@ class Progress:
         """The request a peer is sent now: the prompt and what was generated, the budget left (None: nothing is
         left to generate)."""
         self._offset = len(self.generated)
+        self.attempts += 1
         if not self.generated:
             return self.request
         left = self.request.sampling.max_tokens - self._offset

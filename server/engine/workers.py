@@ -144,8 +144,9 @@ class Worker:
             self.ejections = 0  # long enough in rotation: the next ejection is a first one again
 
     def back_since(self, failed_at: float) -> bool:
-        """Whether it is up again, having come back after a failure at `failed_at` (time.monotonic())."""
-        return self.condition is Condition.UP and self.up_since > failed_at
+        """Whether it has served since a failure at `failed_at` (time.monotonic()): in rotation, and up again or
+        streaming to this gateway since."""
+        return self.in_rotation and max(self.up_since, self.heard_at) > failed_at
 
     def came_up(self) -> None:
         """Seen serving (its start check passed)."""

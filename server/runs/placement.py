@@ -26,10 +26,12 @@ def placement(body: ResponsesRequest, project: str, history_start: str | None, s
               isolate_projects: bool, priority: int = 0) -> Placement:
     """A response's placement: salted by its project unless the operator lets projects share the cache; kept with
     its conversation by its `prompt_cache_key`, else where its history starts (the conversation, or the chain's first
-    response), else by its leading items (a stateless client that sends no key: every turn of its session sends the
-    same instructions and first user message, so they find the worker that holds their prefix)."""
+    response), else, not stored, by its leading items (a stateless client that sends no key: every turn of its
+    session sends the same instructions and first user message, so they find the worker that holds their prefix)."""
     salt = sealer.tag(CACHE_SALT_PURPOSE, project) if isolate_projects else None
-    return Placement(salt, priority, body.prompt_cache_key or history_start or leading_key(body, project), project)
+    stateless = body.store is False  # a stored response may start a chain, keyed by its own id from its next turn
+    key = body.prompt_cache_key or history_start or (leading_key(body, project) if stateless else None)
+    return Placement(salt, priority, key, project)
 
 
 def leading_key(body: ResponsesRequest, project: str) -> str | None:
