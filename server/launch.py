@@ -197,8 +197,7 @@ def _fleet_start(model: Any, fleet: Any, memory: int, record: Path | None = None
     check_reasoning_parser(model.settings.reasoning_parser)
     check_tool_call_parser(model.settings.tool_call_parser)
 
-    workers = WorkerSet.of(model.settings.name, urls or model.engines, fleet.max_waiting, fleet.outliers,
-                           fleet.load_bound, fleet.max_kv_usage, fleet.max_running_per_worker)
+    workers = WorkerSet.of(model.settings.name, urls or model.engines, fleet.outliers, fleet.load)
 
     def start() -> Any:
         engine = RemoteEngine.for_model(model.path, workers, model.max_model_len, fleet.health_seconds, model.limits,

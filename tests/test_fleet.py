@@ -16,7 +16,7 @@ from server.config import ServerConfig
 from server.engine.interface import EngineUnavailable
 from server.engine.remote import WORKER_LOST, RemoteEngine, WorkerMismatch
 from server.engine.stall import StallLimits
-from server.engine.workers import Worker, WorkerSet
+from server.engine.workers import LoadLimits, Worker, WorkerSet
 from server.history.sealing import Sealer
 from server.http.app import create_app
 from server.models.registry import ModelStart
@@ -49,7 +49,7 @@ def test_every_gateway_sends_a_key_to_the_same_worker_and_only_a_departed_worker
 
 
 def test_a_saturated_worker_passes_its_turns_to_the_least_loaded_and_none_up_is_unavailable() -> None:
-    workers = WorkerSet.of(SMALL, ["http://a", "http://b"], max_waiting=4)
+    workers = WorkerSet.of(SMALL, ["http://a", "http://b"], limits=LoadLimits(max_waiting=4))
     for worker in workers.workers:
         worker.came_up()
     key = "k"
@@ -686,7 +686,8 @@ def test_a_hot_key_spills_to_its_next_choice_past_the_load_bound_alike_on_every_
     """Rendezvous with bounded load: a worker running more than 1.25 times the mean passes a turn to the next of
     the key's order (the same next on every gateway), and takes its keys back once its load falls."""
     urls = [f"http://w{n}:8000" for n in range(4)]
-    gateways = [WorkerSet.of(SMALL, urls), WorkerSet.of(SMALL, list(reversed(urls)))]
+    gateways = [WorkerSet.of(SMALL, urls, limits=LoadLimits(load_slack=0)),
+                WorkerSet.of(SMALL, list(reversed(urls)), limits=LoadLimits(load_slack=0))]
     for workers in gateways:
         for worker in workers.workers:
             worker.came_up()
@@ -699,11 +700,25 @@ def test_a_hot_key_spills_to_its_next_choice_past_the_load_bound_alike_on_every_
         for worker in workers.workers:
             worker.running = 2
         assert workers.choose("hot").url == home  # all alike: 3 <= ceil(1.25 * 9 / 4)
-    unbounded = WorkerSet.of(SMALL, urls, load_bound=0)
+    unbounded = WorkerSet.of(SMALL, urls, limits=LoadLimits(load_bound=0))
     for worker in unbounded.workers:
         worker.came_up()
         worker.running = 9 if worker.url == home else 0
     assert unbounded.choose("hot").url == home
+
+
+def test_a_small_imbalance_keeps_a_key_on_its_worker() -> None:
+    """A worker spills only when it also runs `load_slack` more than the least loaded: eight turns more is nothing
+    to a worker's batch, while a miss costs the whole prefix again (the check's chained turns, run eight at once,
+    lost their cache so)."""
+    workers = WorkerSet.of(SMALL, ["http://a", "http://b"])
+    for worker in workers.workers:
+        worker.came_up()
+    home = workers.choose("k")
+    home.running = 8
+    assert workers.choose("k") is home
+    home.running = 16
+    assert workers.choose("k") is not home
 
 
 def test_a_full_kv_cache_passes_a_turn_on_and_is_read_from_the_workers_metrics() -> None:
@@ -750,7 +765,8 @@ def test_past_the_per_worker_cap_requests_wait_and_take_turns_between_projects(t
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[_answer(tokenizer, "Taking turns.")], step_delay=0.05)
     worker = ScaleOutWorker(engine, SMALL)
     with serve_asgi(worker) as port:
-        remote = RemoteEngine(WorkerSet.of(SMALL, [f"http://127.0.0.1:{port}"], max_running=1), tokenizer)
+        workers = WorkerSet.of(SMALL, [f"http://127.0.0.1:{port}"], limits=LoadLimits(max_running=1))
+        remote = RemoteEngine(workers, tokenizer)
         remote.probe_all()
 
         async def one(name: str, project: str) -> None:

@@ -94,12 +94,14 @@ def test_the_server_refuses_to_start_on_a_bad_fleet_file_naming_the_line(tmp_pat
 def test_the_fleets_fault_settings_and_a_models_own_timeouts_and_key(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLEET_TEST_KEY", "s3cret")
-    fleet = read_fleet_file(_write(tmp_path, "idle_seconds = 20\nfailures_to_eject = 5\nretry_budget = 0.1\n" + GOOD
+    fleet = read_fleet_file(_write(tmp_path, "idle_seconds = 20\nfailures_to_eject = 5\nretry_budget = 0.1\n"
+                                             "load_slack = 4\nmax_running_per_worker = 6\n" + GOOD
                                    .replace("max_model_len = 32768", 'max_model_len = 32768\nidle_seconds = 90\n'
                                             'first_token_seconds = 900\napi_key_env = "FLEET_TEST_KEY"')))
     small, oss = fleet.models
     assert (small.limits.first_token_seconds, small.limits.idle_seconds) == (300.0, 20.0)  # the file's default
     assert (oss.limits.first_token_seconds, oss.limits.idle_seconds) == (900.0, 90.0)
     assert fleet.outliers.failures_to_eject == 5 and fleet.retry_budget == 0.1 and fleet.min_retries == 3
+    assert (fleet.load.load_slack, fleet.load.max_running, fleet.load.load_bound) == (4, 6, 1.25)
     assert oss.access.headers() == {"Authorization": "Bearer s3cret"} and small.access.headers() == {}
     assert "s3cret" not in repr(fleet)  # never in a log line

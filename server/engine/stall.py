@@ -21,8 +21,9 @@ class StallWatch:
     the first one and `idle_seconds` between later ones, or when told to `expire` (its worker went down). Only the
     time spent waiting for the worker counts: not the time its steps spend with the reader's caller (a slow client).
 
-    Per piece heard it costs one clock read: the timer is armed for the deadline as first computed and, when it
-    fires, armed again for whatever time the stream earned since (cancelling as asyncio.timeout does)."""
+    Per piece heard it costs one clock read: the timer is armed for the deadline as first computed (armed anew once,
+    at the first piece, for the idle limit) and, when it fires, armed again for whatever time the stream earned
+    since (cancelling as asyncio.timeout does)."""
 
     def __init__(self, limits: StallLimits) -> None:
         self._idle = limits.idle_seconds
@@ -44,7 +45,12 @@ class StallWatch:
 
     def heard(self) -> float:
         """A piece arrived: the next is due within `idle_seconds`. Returns the time (time.monotonic())."""
-        self._heard, self._limit = self._loop.time(), self._idle
+        self._heard = self._loop.time()
+        if self._limit != self._idle:  # the first piece: from now on the idle limit, which may be due sooner
+            self._limit = self._idle
+            if self._handle is not None:
+                self._handle.cancel()
+                self._handle = self._loop.call_at(self._heard + self._limit, self._check)
         return self._heard
 
     def handing_over(self) -> None:

@@ -3,7 +3,8 @@
 A turn goes to the worker that holds its prefix: rendezvous hashing of its affinity key (its `prompt_cache_key`, its
 conversation, or the first response of its chain) over the workers in rotation, so every gateway, on any replica,
 picks the same worker with no word to another; the next in the hash's order is where it goes when that one fails.
-When that worker runs more than `load_bound` times the mean of what this gateway runs on the model's workers, has
+When that worker runs more than `load_bound` times the mean of what this gateway runs on the model's workers (and
+`load_slack` more than the least loaded), has
 `max_waiting` more requests waiting than the least loaded one, or a full KV cache, the next of the order with room
 goes first instead (a cache miss, never an error).
 
@@ -167,17 +168,25 @@ class Worker:
                 stream.expire()
 
 
+@dataclass(frozen=True)
+class LoadLimits:
+    """When a worker has no room for a turn its key would send it, and what a gateway runs on one worker."""
+
+    max_waiting: int = 8  # a worker with this many more waiting than the least loaded one passes its turn on
+    load_bound: float = 1.25  # a worker running more than this times the mean passes its turn on (0: no bound)
+    load_slack: int = 16  # ...when it also runs this many more than the least loaded (a miss costs a prefill)
+    max_kv_usage: float = 0.95  # a worker whose KV cache is this full passes its turn to one less full
+    max_running: int = 0  # what this gateway runs on one worker at most; more waits in the queue (0: no cap)
+
+
 @dataclass
 class WorkerSet:
     """The workers of one model, and the order in which a request tries them."""
 
     model: str
     workers: list[Worker]
-    max_waiting: int = 8
     policy: OutlierPolicy = OutlierPolicy()
-    load_bound: float = 1.25  # a worker running more than this times the mean passes its turn on (0: no bound)
-    max_kv_usage: float = 0.95  # a worker whose KV cache is this full passes its turn to one less full
-    max_running: int = 0  # what this gateway runs on one worker at most; more waits in `queue` (0: no cap)
+    limits: LoadLimits = LoadLimits()
     queue: FairQueue = field(default_factory=FairQueue)  # requests waiting for room, in turn between projects
     _by_url: dict[str, Worker] = field(init=False)
 
@@ -187,13 +196,11 @@ class WorkerSet:
         ENGINE_WORKERS_UP.labels(self.model).set_function(lambda: len(self.in_rotation()))  # read when scraped
 
     @classmethod
-    def of(cls, model: str, urls: Iterable[str], max_waiting: int = 8, policy: OutlierPolicy = OutlierPolicy(),
-           load_bound: float = 1.25, max_kv_usage: float = 0.95, max_running: int = 0) -> "WorkerSet":
-        return cls(model, [Worker(url, policy) for url in urls], max_waiting, policy, load_bound, max_kv_usage,
-                   max_running)
+    def of(cls, model: str, urls: Iterable[str], policy: OutlierPolicy = OutlierPolicy(),
+           limits: LoadLimits = LoadLimits()) -> "WorkerSet":
+        return cls(model, [Worker(url, policy) for url in urls], policy, limits)
 
-    def update(self, urls: Iterable[str], max_waiting: int, policy: OutlierPolicy, load_bound: float = 1.25,
-               max_kv_usage: float = 0.95, max_running: int = 0) -> None:
+    def update(self, urls: Iterable[str], policy: OutlierPolicy, limits: LoadLimits) -> None:
         """The fleet changed: workers not listed now leave (their streams in flight finish where they are), new
         ones join down, until their first health check passes; the others keep their condition."""
         urls = list(dict.fromkeys(urls))
@@ -208,8 +215,7 @@ class WorkerSet:
         for worker in self.workers:
             worker.policy = policy
         self._by_url = {worker.url: worker for worker in self.workers}
-        self.max_waiting, self.policy, self.load_bound, self.max_kv_usage = max_waiting, policy, load_bound, max_kv_usage
-        self.max_running = max_running
+        self.policy, self.limits = policy, limits
         for _ in range(len(self.queue)):  # a cap raised or lifted, or new workers: the waiting may go
             self.queue.wake_one()
         ENGINE_WORKERS.labels(self.model).set(len(self.workers))
@@ -242,23 +248,24 @@ class WorkerSet:
 
     def _has_room(self, worker: Worker, pool: list[Worker], least: Worker) -> bool:
         """Whether a turn may go to `worker` ahead of the rest of its order: it runs no more than `load_bound` times
-        the mean this gateway runs on the pool (rendezvous with bounded load: a hot key spills to its next choice,
-        in the same order on every gateway), its queue is within `max_waiting` of the least loaded's, and its KV
-        cache is not full while another's is not."""
-        if self.load_bound and worker.running + 1 > math.ceil(
-                self.load_bound * (sum(other.running for other in pool) + 1) / len(pool)):
+        the mean this gateway runs on the pool, or no more than `load_slack` beyond the least loaded (rendezvous
+        with bounded load: a hot key spills to its next choice, in the same order on every gateway), its queue is
+        within `max_waiting` of the least loaded's, and its KV cache is not full while another's is not."""
+        limits = self.limits
+        if limits.load_bound and worker.running - least.running >= limits.load_slack and worker.running + 1 > math.ceil(
+                limits.load_bound * (sum(other.running for other in pool) + 1) / len(pool)):
             return False
-        if worker.waiting - least.waiting >= self.max_waiting:
+        if worker.waiting - least.waiting >= limits.max_waiting:
             return False
-        return worker.kv_usage < self.max_kv_usage or least.kv_usage >= self.max_kv_usage
+        return worker.kv_usage < limits.max_kv_usage or least.kv_usage >= limits.max_kv_usage
 
     def has_room(self, worker: Worker) -> bool:
         """Whether this gateway may run one more request on `worker` (under `max_running`)."""
-        return not self.max_running or worker.running < self.max_running
+        return not self.limits.max_running or worker.running < self.limits.max_running
 
     def released(self) -> None:
         """A request ended on one of the workers: a waiting one may go."""
-        if self.max_running:
+        if self.limits.max_running:
             self.queue.wake_one()
 
     def choose(self, affinity: str | None) -> Worker:

@@ -11,7 +11,8 @@
     max_ejected_share = 0.5       # optional: at most this share of a model's workers is ejected at once
     retry_budget = 0.2            # optional: retries in flight at most this share of the requests in flight,
     min_retries = 3               # optional: or this many
-    load_bound = 1.25             # optional: a worker running more than this times the mean passes a turn on (0: off)
+    load_bound = 1.25             # optional: a worker running more than this times the mean passes a turn on (0: off),
+    load_slack = 16               # optional: when it also runs this many more than the least loaded one
     max_kv_usage = 0.95           # optional: a worker whose KV cache is this full passes a turn to one less full
     max_running_per_worker = 0    # optional: what a gateway runs on one worker at most; more wait, in turn between
                                   # projects (0: no cap)
@@ -44,7 +45,7 @@ from typing import Any
 from server.engine.access import WorkerAccess
 from server.engine.interface import SAMPLING_KEYS
 from server.engine.stall import StallLimits
-from server.engine.workers import OutlierPolicy
+from server.engine.workers import LoadLimits, OutlierPolicy
 from server.model_settings import ModelSettings
 
 _MODEL_KEYS = {"name", "path", "engines", "reasoning_parser", "tool_call_parser", "harmony", "max_model_len",
@@ -52,7 +53,7 @@ _MODEL_KEYS = {"name", "path", "engines", "reasoning_parser", "tool_call_parser"
                "idle_seconds", "api_key_env", "api_key_file", "ca_file"}
 _OUTLIER_KEYS = ("failures_to_eject", "ejection_seconds", "max_ejection_seconds", "max_ejected_share")
 _TOP_KEYS = {"models", "health_seconds", "max_waiting", "first_token_seconds", "idle_seconds", "retry_budget",
-             "min_retries", "load_bound", "max_kv_usage", "max_running_per_worker", *_OUTLIER_KEYS}
+             "min_retries", "load_bound", "load_slack", "max_kv_usage", "max_running_per_worker", *_OUTLIER_KEYS}
 _URL = re.compile(r"https?://[^/\s]+(/\S*)?")
 
 
@@ -74,13 +75,10 @@ class Fleet:
 
     models: tuple[FleetModel, ...]
     health_seconds: float = 2.0
-    max_waiting: int = 8
     outliers: OutlierPolicy = OutlierPolicy()
     retry_budget: float = 0.2
     min_retries: int = 3
-    load_bound: float = 1.25
-    max_kv_usage: float = 0.95
-    max_running_per_worker: int = 0
+    load: LoadLimits = LoadLimits()
 
 
 class FleetFileError(ValueError):
@@ -124,10 +122,11 @@ def read_fleet_file(path: Path) -> Fleet:
     bound = document.get("load_bound", 1.25)
     if not isinstance(bound, (int, float)) or isinstance(bound, bool) or not (bound == 0 or bound >= 1):
         raise lines.error("`load_bound` must be 0 (no bound) or a number of 1 or more", key="load_bound")
-    return Fleet(tuple(models), float(health), waiting, outliers, _share(document, "retry_budget", lines, 0.2),
-                 _whole(document, "min_retries", lines, 3, least=0), float(bound),
-                 _share(document, "max_kv_usage", lines, 0.95),
-                 _whole(document, "max_running_per_worker", lines, 0, least=0))
+    load = LoadLimits(waiting, float(bound), _whole(document, "load_slack", lines, LoadLimits.load_slack, least=0),
+                      _share(document, "max_kv_usage", lines, LoadLimits.max_kv_usage),
+                      _whole(document, "max_running_per_worker", lines, LoadLimits.max_running, least=0))
+    return Fleet(tuple(models), float(health), outliers, _share(document, "retry_budget", lines, 0.2),
+                 _whole(document, "min_retries", lines, 3, least=0), load)
 
 
 def _seconds(entry: dict[str, Any], key: str, index: int | None, lines: "_Lines", default: float) -> float:

@@ -127,8 +127,7 @@ class FleetWatch:
 
     def _update(self, model: Model, wanted: FleetModel, fleet: Fleet, urls: list[str]) -> None:
         assert model.workers is not None, "a fleet model"
-        model.workers.update(urls, fleet.max_waiting, fleet.outliers, fleet.load_bound, fleet.max_kv_usage,
-                             fleet.max_running_per_worker)
+        model.workers.update(urls, fleet.outliers, fleet.load)
         model.engine.reconfigure(fleet.health_seconds, wanted.limits,  # type: ignore[attr-defined]
                                  RetryBudget(fleet.retry_budget, fleet.min_retries), wanted.access)
         model.settings = replace(wanted.settings, history_memory_bytes=model.settings.history_memory_bytes)
