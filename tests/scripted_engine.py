@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from server.engine.interface import EngineRequest, EngineStep, Prefilled
+from server.engine.interface import TAKEN, EngineRequest, EngineStep, Prefilled
 
 
 @dataclass
@@ -32,6 +32,7 @@ class ScriptedEngine:
         self.requests.append(request)
         done = False
         try:
+            yield TAKEN  # as the real engines do
             for step in script if isinstance(script, list) else [script]:
                 await asyncio.sleep(self.step_delay)
                 if isinstance(step, Exception):
@@ -85,6 +86,7 @@ class ContinuingEngine:
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         self.requests.append(request)
         rest = self.answer[self.done_already(request.prompt_token_ids):][:request.sampling.max_tokens]
+        yield TAKEN
         for start in range(0, len(rest), self.per_step):
             await asyncio.sleep(0)
             last = start + self.per_step >= len(rest)

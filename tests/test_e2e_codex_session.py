@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from server.config import ServerConfig
-from server.engine.interface import EngineRequest, EngineStep
+from server.engine.interface import TAKEN, EngineRequest, EngineStep
 from server.history.compaction import SUMMARY_INSTRUCTION
 from server.http.app import create_app
 from server.runs.context import ServingContext
@@ -113,6 +113,7 @@ class TaskEngine(ScriptedEngine):
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         assert self.dialect is not None
         self.requests.append(request)
+        yield TAKEN
         prompt = self.dialect.decode(request.prompt_token_ids)
         if HOLD in prompt:
             self.holding.set()

@@ -3,6 +3,7 @@ remote engine; routing, faults, many models and the prefix cache's salts. The re
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -292,6 +293,37 @@ def test_failures_before_the_worker_answered_are_retried_on_the_peer_and_eject_i
         connections = proxy.connections
         assert fleet.stream(input="Where?", prompt_cache_key="k")[-1]["type"] == "response.completed"
         assert proxy.connections == connections  # ejected: not tried
+
+
+def test_a_request_no_worker_takes_is_the_clients_503_with_retry_after_and_nothing_is_stored(
+        tokenizer: Any, tmp_path: Path) -> None:
+    """Every worker answers 503 (each draining, or a router with no room): the client is told before any event, as
+    HTTP says it (the SDK's own retry then applies), streamed or not; no response is stored for it."""
+    from openai import APIStatusError, OpenAI
+
+    with ExitStack() as stack:
+        fleet = Fleet(tokenizer, stack, SEALER, tmp_path / "r.db", proxied=True, small_engine=_continuing(tokenizer))
+        for proxy in fleet.proxies:
+            proxy.set("status_503")
+        client = OpenAI(base_url=fleet.base_url, api_key="none", max_retries=0)
+        for stream in (True, False):
+            with pytest.raises(APIStatusError) as refused:
+                answer = client.responses.create(model=SMALL, input="Where?", stream=stream)
+                if stream:
+                    list(answer)  # type: ignore[arg-type]
+            assert refused.value.status_code == 503 and refused.value.response.headers["retry-after"]
+            assert refused.value.body["code"] == "engine_unavailable"  # type: ignore[index]
+        from websockets.sync.client import connect
+
+        with connect(fleet.base_url.replace("http", "ws", 1) + "/responses") as socket:
+            socket.send(json.dumps({"type": "response.create", "model": SMALL, "input": "Where?"}))
+            error = json.loads(socket.recv(timeout=30))
+        assert (error["type"], error["status"], error["error"]["code"]) == ("error", 503, "engine_unavailable")
+        assert httpx.get(f"{fleet.base_url}/responses").json()["data"] == []
+        for proxy in fleet.proxies:
+            proxy.set("pass")
+        retrying = OpenAI(base_url=fleet.base_url, api_key="none", max_retries=2)
+        assert retrying.responses.create(model=SMALL, input="Where?").status == "completed"
 
 
 def test_a_constrained_stream_whose_worker_dies_after_output_ends_failed_and_before_it_restarts(

@@ -79,6 +79,9 @@ class EngineStep:
     prompt_tokens: int | None = None  # the prompt's length as the engine ran it (images expanded), first step
 
 
+TAKEN = EngineStep([])  # an engine's first step: it took the request (no token yet)
+
+
 @dataclass(frozen=True)
 class Prefilled:
     """A prompt the engine computed without generating (a warm-up): its length as run, and how much was cached."""
@@ -100,11 +103,13 @@ async def prefill_by_generating(generate: Callable[[EngineRequest], AsyncIterato
 
 
 class EngineUnavailable(Exception):
-    """The engine could not run the request: no worker of the model is up, or the one running it went away."""
+    """The engine could not run the request: no worker of the model is up or took it (before its first step, TAKEN:
+    nothing of it ran), or the one running it went away."""
 
 
 class Engine(Protocol):
-    """A running model: streams steps for a request; closing the iterator aborts the request."""
+    """A running model: streams steps for a request, the first TAKEN once the engine took it (a fleet's workers may
+    all refuse it first); closing the iterator aborts the request."""
 
     tokenizer: Any
     max_model_len: int

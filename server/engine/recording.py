@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, get_args
 
-from server.engine.interface import Engine, EngineFinish, EngineRequest, EngineStep, Prefilled
+from server.engine.interface import TAKEN, Engine, EngineFinish, EngineRequest, EngineStep, Prefilled
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,8 @@ class RecordingEngine:
         finish = "abort"
         try:
             async for step in self.inner.generate(request):
-                steps.append(list(step.token_ids))
+                if step is not TAKEN:
+                    steps.append(list(step.token_ids))
                 finish = step.finish_reason or finish
                 yield step
         finally:
@@ -119,6 +120,7 @@ class ReplayEngine:
         recording = next(self._next)
         budget = request.sampling.max_tokens
         steps = [s for s in recording.steps if s] or [[]]
+        yield TAKEN
         for index, tokens in enumerate(steps):
             await asyncio.sleep(0)  # let the server interleave work like a live engine would
             last = index == len(steps) - 1

@@ -25,7 +25,8 @@ import aiohttp
 import httpx
 
 from server.engine.access import WorkerAccess
-from server.engine.interface import EngineRequest, EngineStep, EngineUnavailable, Prefilled, prefill_by_generating
+from server.engine.interface import (TAKEN, EngineRequest, EngineStep, EngineUnavailable, Prefilled,
+                                     prefill_by_generating)
 from server.engine.model_inputs import ModelInputs
 from server.engine.resumption import Progress
 from server.engine.retries import RetryBudget
@@ -243,6 +244,7 @@ class RemoteEngine:
         on a peer, from the tokens already generated, with the budget left; or the response ends failed."""
         images = await self.inputs.content_parts(request)  # once, whichever worker takes the request
         progress, tried, retrying = Progress(request), dict[Worker, float](), False  # tried: when each failed it
+        taken = False  # a worker took it (TAKEN was passed on: a peer's taking it again is not)
         self.budget.requests += 1
         try:
             while True:
@@ -253,6 +255,10 @@ class RemoteEngine:
                 worker = await self._next_worker(request, tried, progress)
                 try:
                     async for step in self._generate_on(worker, attempt, images):
+                        if step is TAKEN:
+                            if taken:
+                                continue
+                            taken = True
                         yield progress.seen(step)
                     return
                 except _Lost as lost:
@@ -324,6 +330,10 @@ class RemoteEngine:
                     if answer.status != 200:
                         raise WorkerError(f"worker {worker.url} answered {answer.status}: "
                                           f"{(await answer.read())[:500].decode(errors='replace')}")
+                    worker.heard_at = time.monotonic()  # (the watch waits for the first token: a prefill is long)
+                    watch.handing_over()
+                    yield TAKEN
+                    watch.reading()
                     async for payload in sse_payloads(answer.content.iter_any(), heard):
                         if reader.done:
                             continue

@@ -13,7 +13,7 @@ import time
 from functools import lru_cache
 from typing import Any, AsyncIterator, Callable
 
-from server.engine.interface import (SAMPLING_DEFAULT_KEYS, EngineRequest, EngineStep, Prefilled, StepLogprob,
+from server.engine.interface import (SAMPLING_DEFAULT_KEYS, TAKEN, EngineRequest, EngineStep, Prefilled, StepLogprob,
                                      engine_finish, prefill_by_generating)
 
 logger = logging.getLogger(__name__)
@@ -132,6 +132,7 @@ class VllmEngine:
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         params = _sampling_params(request, self.vocab_size)
         first = True
+        yield TAKEN  # in process: taken at once
         traced = request.trace_headers if self._llm.observability_config.otlp_traces_endpoint else None  # (vLLM's
         async for output in self._llm.generate(tokens_prompt(request), params, request.request_id,  # own spans, when its
                                                priority=request.priority, trace_headers=traced):  # flag turns them on)

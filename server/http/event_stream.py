@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextvars import ContextVar
-from typing import Any, AsyncIterable
+from typing import Any, AsyncIterable, AsyncIterator
 
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
 
 from server.config import ServerConfig
+from server.http.errors import api_error_of, unexpected
 from server.metrics import ACTIVE_STREAMS
 from streaming.sse import SEPARATOR, keepalive_comment
 
@@ -46,8 +47,21 @@ class EventStream(EventSourceResponse):
                 self._watchdog.cancel()
 
     async def _stream_response(self, send: Any) -> None:
+        """The response starts with its first frame: an error raised before it (a request no engine took) is
+        answered as HTTP would, not as a stream cut short."""
         _STREAM_TASK.set(asyncio.current_task())  # the task that sends the events, seen by it alone (its context)
         self._loop = asyncio.get_running_loop()
+        frames = aiter(self.body_iterator)
+        async with self._send_lock:  # no keep-alive before the response starts
+            try:
+                first = await anext(frames)
+            except StopAsyncIteration:
+                first = None
+            except Exception as exc:
+                self.active = False
+                await _answer(exc, send)
+                return
+        self.body_iterator = _after(first, frames)
         await super()._stream_response(send)
 
     async def _send_with_timeout(self, send: Any, message: Any) -> None:
@@ -79,6 +93,28 @@ class EventStream(EventSourceResponse):
                 self._stalled.add(task)
                 task.cancel()  # the task waits inside its send: that is where the CancelledError lands
         self._watchdog = loop.call_later(self.send_timeout / 4, self._cancel_stalled_sends)
+
+
+async def _after(first: Any, frames: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """`first` (if any), then the rest of `frames`."""
+    if first is not None:
+        yield first
+    async for frame in frames:
+        yield frame
+
+
+async def _answer(exc: Exception, send: Any) -> None:
+    """The error answer to a stream that failed before its first frame."""
+    error = api_error_of(exc)
+    if unexpected(exc):
+        logger.error("a stream failed before its first event", exc_info=exc)
+    else:
+        logger.info("a stream was answered %d before its first event: %s", error.status, error.message)
+    await error.response()({"type": "http"}, _nothing, send)
+
+
+async def _nothing() -> Any:
+    raise RuntimeError("not read")
 
 
 def event_stream(frames: AsyncIterable[Any], config: ServerConfig,

@@ -69,6 +69,7 @@ async def create_response(request: Request) -> Response:
         if body.stream:  # the stream only follows it
             return event_stream(stored_frames(live.follow(-1)), context.config, stored.headers)
         return _json(stored)
+    stored.hold_until_taken()  # no worker of a fleet took it: a 503 to retry, before any event is sent
     if body.stream:
         return event_stream(_sse_frames(stored), context.config, stored.headers)
     if not await _run_while_connected(stored, request.receive):

@@ -19,6 +19,7 @@ from server.http.errors import APIError, api_error_of, from_validation_error, un
 from server.http.steering import Steer, SteerRefused
 from server.metrics import WEBSOCKET_EVENTS
 from server.requests import ResponsesRequest
+from server.runs.generation import NotTaken
 from server.runs.connection_responses import ConnectionResponses
 from server.runs.prepare import prepare_stored_run
 from server.runs.stored_run import StoredRun
@@ -184,10 +185,13 @@ class SocketSession:
         lane.steerable = body.conversation is None and not body.context_management
         if late:
             stored.steer()
+        stored.hold_until_taken()
         try:
             async for sent, data in stored.events():
                 WEBSOCKET_EVENTS.labels("out", sent.type).inc()
                 await self.send(lane.tagged(data))
+        except NotTaken as refused:  # no worker of a fleet took it: an error event as HTTP's 503, nothing stored
+            return await self.error(refused, lane)
         finally:
             lane.running, lane.continues = None, None
         self.responses.ended(lane.stream_id, stored.response_id,

@@ -34,6 +34,11 @@ T = TypeVar("T")
 HOSTED_CALLS = ("mcp", "mcp_approval", "web_search", "code_interpreter", "file_search")
 
 
+class NotTaken(EngineUnavailable):
+    """No engine took the run's request, and its client was told nothing yet (its opening events were held): the
+    client's answer is a 503 to retry, and nothing is stored."""
+
+
 @dataclass
 class CallCounter:
     """Counts the tool calls the deltas complete, to stop at a limit (parallel_tool_calls false, max_tool_calls),
@@ -112,6 +117,9 @@ class ResponseRun:
     hosted: HostedPasses | None = None  # the tools the server runs between passes (MCP servers)
     closing: GrammarClosing | None = None  # ends a custom call by its grammar before the output budget cuts it
     timeline: Timeline = field(default_factory=Timeline)  # its phases, stored with it
+    # Its opening events (created, in_progress) wait until an engine took its request (or it ends): a request that
+    # none takes then raises NotTaken, not a failed response; its caller sets this when nothing was sent yet
+    hold_until_taken: bool = False
 
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -123,6 +131,8 @@ class ResponseRun:
     _task: asyncio.Task[Any] | None = None  # the task iterating this run: every caller does so in one `async for`
     _pass_end: Finished | None = None  # how the last engine request ended
     _outcome: Finished | None = None  # how the run ends, once a step has decided it
+    _held: list[ResponseStreamEvent] | None = None  # the opening events, while held (see `hold_until_taken`)
+    _not_taken: bool = False  # it raised NotTaken: it never ran, and uses nothing
 
     async def events(self) -> AsyncIterator[ResponseStreamEvent]:
         """created, in_progress, the items' events, then exactly one terminal event.
@@ -136,6 +146,9 @@ class ResponseRun:
         try:
             async for event in self._events():
                 yield event
+        except NotTaken:
+            self._not_taken = True
+            raise
         except Exception:  # a step failed where nothing expected it: the response still ends, once, as failed
             if self.builder.finished:
                 raise
@@ -168,7 +181,7 @@ class ResponseRun:
         if self.slot is not None:
             self.slot.release()
         if self.ticket is not None:  # what the response reports (nothing, for a run that never started)
-            self.ticket.finish(self._used() if self._task is not None else None)
+            self.ticket.finish(self._used() if self._task is not None and not self._not_taken else None)
 
     def stop(self, reason: str) -> None:
         """End the run with a response.failed saying `reason`, its engine request aborted: at once if it is
@@ -231,19 +244,33 @@ class ResponseRun:
             self._waiting = None
 
     async def _events(self) -> AsyncIterator[ResponseStreamEvent]:
-        for event in self.builder.start():
-            yield event
+        opening = self.builder.start()
+        if self.hold_until_taken and self.generate:
+            self._held = opening
+        else:
+            for event in opening:
+                yield event
         if not self.generate and self.before is None:
             for event in self._finish(await self._prefill()):
                 yield event
             return
         for step in (self._compaction, self._hosted_start, self._passes):  # each sets `_outcome` when the run ends
             async for event in step():
+                if self._held is not None:  # a step before generation: the client is told from here on
+                    for held in self._release_held():
+                        yield held
                 yield event
             if self._outcome is not None:
                 break
-        for event in self._finish(self._outcome or Finished("error", error_message=GENERATION_FAILED)):
+        for event in self._release_held() + self._finish(self._outcome or Finished("error",
+                                                                                   error_message=GENERATION_FAILED)):
             yield event
+
+    def _release_held(self) -> list[ResponseStreamEvent]:
+        """The opening events, when they were held and are not sent yet (the engine took the request, or the run
+        ends otherwise)."""
+        held, self._held = self._held or [], None
+        return held
 
     async def _compaction(self) -> AsyncIterator[ResponseStreamEvent]:
         """The step before generation (an automatic compaction), when there is one: its item, then the run goes on
@@ -376,7 +403,11 @@ class ResponseRun:
         try:
             async with aclosing(self.engine.generate(self.request)) as steps:
                 while (step := await self._next_step(steps)) is not None:
-                    if first:  # its time to first token
+                    if self._held is not None:  # an engine took the request: the client is told from here on
+                        for event in self._release_held():
+                            yield event
+                    if first and (step.token_ids or step.finish_reason):  # its time to first token (an empty step
+                        # first says an engine took the request)
                         inference.add_event("gen_ai.first_token", {"gen_ai.usage.output_tokens": len(step.token_ids)})
                         if not self.timeline.marked("first_token"):
                             self.timeline.mark("first_token")
@@ -417,6 +448,8 @@ class ResponseRun:
                 for event in self.builder.feed(self.parser.finish()):
                     yield event
         except EngineUnavailable as exc:  # its worker went away, or none is up: the client is told so, to retry
+            if self._held is not None:  # none took it, and the client was told nothing: its answer is a 503
+                raise NotTaken(str(exc)) from exc
             logger.warning("response %s failed: %s", self.builder.response_id, exc)
             finished = Finished("error", error_message=str(exc))
         except Exception:  # the engine or a parser failed mid-stream: end as response.failed

@@ -121,6 +121,11 @@ class StoredRun:
         snapshot of what is finished so far."""
         return self._taken_over or self.run.response()
 
+    def hold_until_taken(self) -> None:
+        """Its client is told nothing until an engine took its request: one that none takes raises NotTaken from
+        `events()` (a 503 to retry), and is not stored. For a caller that has sent nothing yet."""
+        self.run.hold_until_taken = True
+
     def stop(self, reason: str) -> None:
         self.run.stop(reason)
 
