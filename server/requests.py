@@ -17,6 +17,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from parsers.tools import model_name
 from server.file_data import check_file
@@ -462,19 +463,49 @@ _ITEM_TYPES: dict[str, type[BaseModel]] = {
 }
 
 
+# Input item types of OpenAI's API (the SDK types them) that this server cannot render, and why.
+_REFUSED_ITEMS = {
+    "computer_call": "OpenAI's computer-use tool, which this server does not run",
+    "computer_call_output": "OpenAI's computer-use tool, which this server does not run",
+    "program": "OpenAI's programmatic tool calling, which this server does not run",
+    "program_output": "OpenAI's programmatic tool calling, which this server does not run",
+}
+
+
+class RefusedItem(BaseModel):
+    """An input item of a type this server does not render: refused at its `type`, naming it and why."""
+
+    type: Any = Field(default=None, validate_default=True)
+
+    @field_validator("type")
+    @classmethod
+    def _refused(cls, kind: Any) -> Any:
+        if isinstance(kind, str) and kind in _REFUSED_ITEMS:
+            raise PydanticCustomError("refused_input_item", "`{kind}` items belong to {why}; send the input without "
+                                      "them", {"kind": kind, "why": _REFUSED_ITEMS[kind]})
+        known = ", ".join(_ITEM_TYPES)
+        if isinstance(kind, str):
+            raise PydanticCustomError("invalid_input_item", "`{kind}` is not an input item type this server takes "
+                                      "({known})", {"kind": kind, "known": known})
+        raise PydanticCustomError("invalid_input_item", "an input item needs a string `type` (or a `role`: a "
+                                  "message); the types this server takes: {known}", {"known": known})
+
+
 def _item_class_name(item: Any) -> str | None:
     """The class an input item validates as (messages may omit `type`), named as its union tag."""
+    if not isinstance(item, dict) and not isinstance(item, BaseModel):
+        return None
     kind = item.get("type") or ("message" if "role" in item else None) if isinstance(item, dict) else getattr(item, "type", None)
     item_class = _ITEM_TYPES.get(kind) if isinstance(kind, str) else None
-    return item_class.__name__ if item_class else None
+    return item_class.__name__ if item_class else RefusedItem.__name__
 
 
 InputItem = Annotated[
-    Union[tuple(Annotated[cls, Tag(cls.__name__)] for cls in _ITEM_TYPES.values())],  # type: ignore[misc]
+    Union[tuple(Annotated[cls, Tag(cls.__name__)] for cls in (*_ITEM_TYPES.values(), RefusedItem))],  # type: ignore[misc]
     Discriminator(
         _item_class_name,
         custom_error_type="invalid_input_item",
-        custom_error_message=f"input items must have a type among: {', '.join(_ITEM_TYPES)}",
+        custom_error_message="an input item must be a JSON object with a `type` (or a `role`: a message)",
     ),
 ]
 

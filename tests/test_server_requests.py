@@ -270,3 +270,32 @@ def test_a_web_search_tool_with_no_browser_is_accepted_not_offered_and_the_respo
     assert "web_search" not in tokenizer.decode(app.engine.requests[-1].prompt_token_ids)
     app.play(answer(tokenizer, "ok"))
     assert "x-tools-not-offered" not in app.post(input="go", tools=[WEATHER]).headers
+
+
+def _sdk_input_item_types() -> list[str]:
+    """Every `type` the openai SDK's ResponseInputItemParam names."""
+    import typing
+
+    from openai.types.responses.response_input_item_param import ResponseInputItemParam
+
+    def literals(annotation: Any) -> list[str]:
+        return [arg for arg in typing.get_args(annotation) if isinstance(arg, str)] or [
+            value for arg in typing.get_args(annotation) for value in literals(arg)]
+    return sorted({kind for member in typing.get_args(ResponseInputItemParam)
+                   for kind in literals(typing.get_type_hints(member, include_extras=True)["type"])})
+
+
+def test_every_input_item_type_of_the_sdk_is_taken_or_refused_by_name_at_its_type(app: Harness) -> None:
+    """Each SDK item type, alone at position 2 of an input: an item of a type the server takes gets past the type
+    (a 200, or a 400 about another field); any other is a 400 at `input[2].type` naming it."""
+    refused = []
+    for kind in _sdk_input_item_types() + ["bogus_item"]:
+        body = {"model": MODEL, "input": [{"role": "user", "content": "hi"}] * 2 + [{"type": kind}]}
+        answer = httpx.post(f"{app.base_url}/responses", json={**body, "generate": False})
+        error = answer.json().get("error") if answer.status_code == 400 else None
+        if error is not None and error["param"] == "input[2].type":
+            assert f"`{kind}`" in error["message"], error
+            refused.append(kind)
+        else:
+            assert answer.status_code in (200, 400, 404), (kind, answer.text)
+    assert sorted(refused) == ["bogus_item", "computer_call", "computer_call_output", "program", "program_output"]
