@@ -21,6 +21,7 @@ from pydantic_core import PydanticCustomError
 
 from parsers.tools import model_name
 from server.file_data import check_file
+from server.service_tier import SERVED_BY
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 TEXT_PARTS = ("input_text", "output_text", "text")  # the content parts that are text alone
@@ -594,6 +595,7 @@ class ResponsesRequest(_Lenient):
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    service_tier: str | None = None
     conversation: ItemId | None = None  # a conversation id (sent as "conv_..." or {"id": "conv_..."})
     context_management: list[ContextManagement] | None = None
     prompt: PromptReference | None = None  # a reusable prompt (server/saved_prompts)
@@ -607,6 +609,13 @@ class ResponsesRequest(_Lenient):
         if isinstance(data, dict):
             return {key: value for key, value in data.items() if value is not None}
         return data
+
+    @field_validator("service_tier")
+    @classmethod
+    def _known_tier(cls, tier: str | None) -> str | None:
+        if tier is not None and tier not in SERVED_BY:
+            raise ValueError(f"`{tier}` is not a service tier (one of: {', '.join(SERVED_BY)})")
+        return tier
 
     @field_validator("conversation", mode="before")
     @classmethod

@@ -277,7 +277,7 @@ def test_agents_style_output_items_as_input(harness: Harness, tokenizer: Any) ->
 BAD_REQUESTS = [
     ("malformed json", b"{not json", 400, None),
     ("not an object", b"[1, 2]", 400, None),
-    ("unknown item type", {"input": [{"type": "bogus"}]}, 400, "input[0]"),
+    ("unknown item type", {"input": [{"type": "bogus"}]}, 400, "input[0].type"),
     ("message without content", {"input": [{"role": "user"}]}, 400, "input[0].content"),
     ("bad role", {"input": [{"role": "wizard", "content": "x"}]}, 400, "input[0].role"),
     ("temperature out of range", {"input": "x", "temperature": 7}, 400, "temperature"),

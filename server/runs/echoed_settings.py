@@ -11,6 +11,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from server.engine.interface import SamplingSettings
 from server.requests import ResponsesRequest
+from server.service_tier import served_tier
 
 # Echoed as sent; the fields not here are resolved below (or left to streaming.response's defaults).
 _ECHOED = (
@@ -49,6 +50,7 @@ def response_settings(request: ResponsesRequest, model: str, sampling: SamplingS
     candidates["instructions"] = request.echoed_instructions()
     if request.prompt is not None:
         candidates["prompt"] = request.prompt.model_dump(exclude_none=True)
+    candidates["service_tier"] = served_tier(request.service_tier)
     candidates["reasoning"] = _reasoning(request.reasoning)
     candidates["text"] = _text(request.text)
     for field, value in candidates.items():

@@ -47,6 +47,7 @@ from server.metrics import ADMISSION_WAIT
 from server.runs.admission import Slot
 from server.runs.timeline import Timeline
 from server.runs.rendering import remember_prompt, rendered_prompt
+from server.service_tier import served_tier, tier_priority
 from streaming.builder import ResponseBuilder
 from streaming.items import ListedTools, ToolResult
 from streaming.outcome import Usage
@@ -143,7 +144,8 @@ async def admitted(context: ServingContext) -> Slot:
 
 def _placement(context: ServingContext, body: ResponsesRequest, caller: Caller,
                history_start: str | None) -> Placement:
-    priority = context.config.projects.priority(caller.project, caller.key_id)
+    priority = tier_priority(context.config.projects.priority(caller.project, caller.key_id),
+                             served_tier(body.service_tier))
     return placement(body, caller.project, history_start, context.sealer, context.config.isolate_prefix_cache,
                      priority)
 
