@@ -24,6 +24,7 @@ from server.file_data import check_file
 from server.service_tier import SERVED_BY
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+UPLOADED_IMAGE = "file_id:"  # an input_image by `file_id`, as its image source is named
 TEXT_PARTS = ("input_text", "output_text", "text")  # the content parts that are text alone
 ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 KNOWN_INCLUDES = frozenset(get_args(ResponseIncludable))
@@ -62,6 +63,7 @@ class ContentPart(_Lenient):
     # nothing, as this server holds no key to it.
     encrypted_content: str | None = None
     image_url: str | None = None  # an input_image's (a data URL or a URL), checked when the image is decoded
+    file_id: str | None = None  # an input_image's or input_file's uploaded file (the project's, by the Files API)
     detail: Literal["low", "high", "auto", "original"] | None = None  # an input_image's; see server/attachments/media.py
     _file_text: str | None = PrivateAttr(default=None)  # an input_file's text (the part is stored as sent)
 
@@ -90,6 +92,11 @@ class ContentPart(_Lenient):
 
     def is_image(self) -> bool:
         return self.type == "input_image"
+
+    @property
+    def image_source(self) -> str | None:
+        """Where an input_image's bytes come from: its URL, else its uploaded file (`file_id:<id>`)."""
+        return self.image_url or (UPLOADED_IMAGE + self.file_id if self.file_id else None)
 
     def is_text(self) -> bool:
         """A part that is text alone (the user's, an assistant's, or a tool output's)."""

@@ -248,3 +248,21 @@ def test_an_image_in_a_conversation_goes_to_the_engine_in_later_turns(vision: Vi
     assert [image.size for image in vision.engine.requests[-1].images] == [(4, 9)]
     items = httpx.get(f"{vision.base_url}/conversations/{conversation}/items?order=asc", timeout=30).json()["data"]
     assert items[0]["content"][0]["image_url"] == image_url(4, 9)  # stored as sent
+
+
+def test_an_uploaded_image_is_sent_by_file_id_through_the_sdk(vision: Vision) -> None:
+    """An input_image by `file_id`: the project's uploaded file, read through the Files API's owner check, reaches
+    the engine as an image sent inline would; a file that is not there is a 400 naming the part's file_id."""
+    import openai
+
+    client = openai.OpenAI(base_url=vision.base_url, api_key="none", max_retries=0)
+    png = base64.b64decode(image_url(10, 7).split(",")[1])
+    uploaded = client.files.create(file=("red.png", png), purpose="vision")
+    response = client.responses.create(model=MODEL, input=[_user(
+        {"type": "input_text", "text": "What is this?"}, {"type": "input_image", "file_id": uploaded.id,
+                                                          "detail": "auto"})])
+    assert response.status == "completed" and [image.size for image in vision.engine.requests[-1].images] == [(10, 7)]
+    assert f"What is this?{PLACEHOLDER}" in vision.prompt()
+    missing = vision.post(input=[_user({"type": "input_image", "file_id": "file-" + "0" * 24})])
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "input[0].content[0].file_id"
+    assert missing.json()["error"]["code"] == "file_not_found"

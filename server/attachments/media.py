@@ -14,6 +14,7 @@ from server.attachments.work_pool import WorkPool, WorkTooCostly
 from server.errors import RequestError, TooLarge
 
 if TYPE_CHECKING:  # the work pool's workers import this module: they need nothing of requests
+    from server.attachments.files import LoadFile
     from server.requests import ContentPart, ResponsesRequest
 
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
@@ -42,13 +43,13 @@ def checked_images(body: "ResponsesRequest", modalities: tuple[str, ...],
     RequestError naming the part when the served model does not see or an image cannot be taken."""
     params: dict[Any, str] = {}
     for param, part in body.content_parts():
-        if not part.is_image() or part.image_url in params:
+        if not part.is_image() or part.image_source in params:
             continue
         if "image" not in modalities:
             raise RequestError("The served model reads text only: it cannot take images "
                                f"(its input modalities: {', '.join(modalities)}).", param=param)
-        _checked_size(_source(part.image_url, param, fetched), param)
-        params[part.image_url] = param
+        _checked_size(_source(part.image_source, param, fetched), param)
+        params[part.image_source] = param
     return params
 
 
@@ -60,8 +61,8 @@ async def decoded_images(parts: Sequence["ContentPart"], params: Mapping[Any, st
     budget = _PixelBudget(max_pixels)
     wanted = []
     for part in parts:  # every image counted before any is decoded
-        param = params.get(part.image_url, "previous_response_id")
-        source = _source(part.image_url, param, fetched)
+        param = params.get(part.image_source, "previous_response_id")
+        source = _source(part.image_source, param, fetched)
         key = hashlib.sha256(source.data).hexdigest()  # a URL's spelling (`;n=1`) does not make another image
         budget.take(key, _checked_size(source, param), param)
         wanted.append((param, source, (key, part.detail)))
@@ -88,9 +89,32 @@ class _PixelBudget:
                            "smaller images.", param=param, code="image_too_large")
 
 
+async def uploaded_images(sources: Sequence[tuple[str, str]], load: "LoadFile | None") -> dict[str, bytes]:
+    """The bytes of each image sent by `file_id` (its `(param, image_source)`), read through `load` (the project's
+    own files: another's is exactly a missing one); a RequestError naming the part's file_id when one is missing."""
+    from server.attachments.files import FileError
+    from server.requests import UPLOADED_IMAGE
+
+    images: dict[str, bytes] = {}
+    for param, source in sources:
+        file_id = source.removeprefix(UPLOADED_IMAGE)
+        try:
+            found = await load(file_id) if load is not None else None
+        except FileError as exc:
+            raise RequestError(f"Invalid input_image: {exc}.", param=param) from None
+        if found is None:
+            raise RequestError(f"No file with id '{file_id}' found.", param=f"{param}.file_id", code="file_not_found")
+        if len(found[1]) > MAX_IMAGE_BYTES:
+            raise TooLarge(f"The image file '{file_id}' is larger than {MAX_IMAGE_BYTES:,} bytes.", param=param,
+                           code="image_too_large")
+        images[source] = found[1]
+    return images
+
+
 def _source(url: Any, param: str, fetched: Mapping[str, bytes]) -> _Source:
     if not isinstance(url, str) or not url:
-        raise RequestError("An input_image needs an image_url: a data URL (data:image/png;base64,...).", param=param)
+        raise RequestError("An input_image needs an image_url (a data URL, data:image/png;base64,...) or the "
+                           "file_id of an uploaded image.", param=param)
     if url in fetched:
         return _Source(fetched[url], None)
     if not url.startswith("data:"):

@@ -20,13 +20,13 @@ from server.history.conversation import since_last_compaction, stored_input_item
 from server.engine.interface import PENALTIES, SAMPLING_KEYS, EngineRequest, SamplingSettings
 from server.errors import DependencyFailed, GenerationFailed, RequestError
 from server.attachments.files import LoadFile, read_files
-from server.attachments.media import checked_images, decoded_images
+from server.attachments.media import checked_images, decoded_images, uploaded_images
 from server.attachments.media_fetch import fetch_images
 from server.models.registry import Model
 from server.model_settings import ModelSettings
 from server.paths.base import ModelPath, RenderedPrompt
 from server.paths.tools import tool_definitions
-from server.requests import CompactionItem, ResponsesRequest
+from server.requests import UPLOADED_IMAGE, CompactionItem, ResponsesRequest
 from server.runs.echoed_settings import response_settings
 from server.runs.generation import ApprovedCall, Continuation, ResponseRun
 from server.runs.placement import Placement, placement
@@ -98,7 +98,7 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
     unavailable = hosted.unavailable
     if unavailable is not None and not (body.stream or body.background or earlier is not None):
         raise DependencyFailed(unavailable.error or "", param="tools")  # a stream says it with its events
-    fetched = await images_fetched(context, conversation, body)
+    fetched = await images_fetched(context, conversation, body, project)
     compacting = body.asks_compaction()  # the response is one compaction item (the run is never generated from)
     keys = prompt_keys(body, project, continuable=store is not None or earlier is not None)
     placed = _placement(context, body, caller, history_start)
@@ -185,7 +185,7 @@ async def input_token_count(context: ServingContext, body: ResponsesRequest, pro
     hosted = await hosted_tools(conversation, body, context.config.mcp, await _file_search(context, body, project))
     if hosted.unavailable is not None:
         raise DependencyFailed(hosted.unavailable.error or "", param="tools")
-    run = await prepare_run(context, conversation, body, await images_fetched(context, conversation, body), hosted,
+    run = await prepare_run(context, conversation, body, await images_fetched(context, conversation, body, project), hosted,
                             keys=prompt_keys(body, project, continuable=False))
     return await context.model(body.model).engine.prompt_length(run.request)
 
@@ -225,7 +225,7 @@ async def prepare_compaction(context: ServingContext, body: ResponsesRequest, ca
             raise RequestError("There is nothing to compact: give input or previous_response_id.", param="input")
         summarizing = summary_request(conversation)
         run = await prepare_run(context, summarizing, summarizing,
-                                await images_fetched(context, summarizing, summarizing),
+                                await images_fetched(context, summarizing, summarizing, caller.project),
                                 placed=_placement(context, body, caller, history_start))
         run.slot = await admitted(context)
         run.ticket = ticket
@@ -296,16 +296,19 @@ def _usage(response: Response) -> Usage:
                  output_tokens=usage.output_tokens, reasoning_tokens=usage.output_tokens_details.reasoning_tokens)
 
 
-async def images_fetched(context: ServingContext, conversation: ResponsesRequest,
-                         body: ResponsesRequest) -> dict[str, bytes]:
-    """The conversation's image URLs fetched, where the operator allows (nothing is fetched for a model that does
-    not see: its request is refused)."""
+async def images_fetched(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
+                         project: str) -> dict[str, bytes]:
+    """The conversation's image URLs fetched, where the operator allows, and its uploaded images read, `project`'s
+    only (nothing is fetched for a model that does not see: its request is refused)."""
     if "image" not in context.model(body.model).engine.input_modalities:
         return {}
-    params = {part.image_url: param for param, part in body.content_parts() if part.is_image()}
-    urls = [(params.get(part.image_url, "previous_response_id"), part.image_url)
-            for _, part in conversation.content_parts() if part.is_image()]
-    return await fetch_images(urls, context.config.allowed_media_domains)
+    params = {part.image_source: param for param, part in body.content_parts() if part.is_image()}
+    sources = [(params.get(part.image_source, "previous_response_id"), part.image_source)
+               for _, part in conversation.content_parts() if part.is_image()]
+    uploaded = [(param, source) for param, source in sources if source and source.startswith(UPLOADED_IMAGE)]
+    fetched = await fetch_images([(param, source) for param, source in sources if (param, source) not in uploaded],
+                                 context.config.allowed_media_domains)
+    return {**fetched, **await uploaded_images(uploaded, _file_loader(context, project))}
 
 
 async def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,
