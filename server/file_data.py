@@ -15,14 +15,14 @@ class FileError(ValueError):
     """A file part the server cannot read as text."""
 
 
-def check_file(file_data: object, filename: object, file_id: object = None) -> None:
-    """A FileError unless the part names an uploaded file (`file_id`, read when the prompt is made) or carries a
-    base64 data URL of a type the server reads, within the size limit."""
-    if isinstance(file_id, str) and file_id and file_data is None:
+def check_file(file_data: object, filename: object, file_id: object = None, file_url: object = None) -> None:
+    """A FileError unless the part names an uploaded file (`file_id`) or a URL (`file_url`), each read when the
+    prompt is made, or carries a base64 data URL of a type the server reads, within the size limit."""
+    if file_data is None and any(isinstance(source, str) and source for source in (file_id, file_url)):
         return
     if not isinstance(file_data, str) or not file_data:
-        raise FileError("an input_file needs file_id (an uploaded file) or file_data: a data URL "
-                        "(data:text/plain;base64,...) and a filename; file_url is not supported by this server")
+        raise FileError("an input_file needs file_id (an uploaded file), file_url (an http(s) URL the operator "
+                        "allows) or file_data: a data URL (data:text/plain;base64,...) and a filename")
     mime = file_data_url(file_data).mime
     if mime != PDF and not mime.startswith("text/") and mime not in TEXT_TYPES:
         raise FileError(f"files of type {mime!r} are not supported: send text (text/*, JSON, YAML, ...) or a PDF")

@@ -77,7 +77,8 @@ class ContentPart(_Lenient):
     @model_validator(mode="after")
     def _check_file(self) -> "ContentPart":
         if self.type == "input_file":
-            check_file(getattr(self, "file_data", None), getattr(self, "filename", None), getattr(self, "file_id", None))
+            check_file(getattr(self, "file_data", None), getattr(self, "filename", None), self.file_id,
+                       getattr(self, "file_url", None))
         return self
 
     def read_as(self, text: str) -> None:

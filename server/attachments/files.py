@@ -101,21 +101,30 @@ def pdf_text(data: bytes) -> str:
 # An uploaded file's (filename, content) by its id, for the request's project (None: it has no such file); a
 # FileError when it is too large to read.
 LoadFile = Callable[[str], Awaitable[tuple[str, bytes] | None]]
+# A file URL's bytes (url, param), fetched under the operator's guards; a RequestError naming param when it cannot be.
+FetchFile = Callable[[str, str], Awaitable[bytes]]
 
 
 async def read_files(request: "ResponsesRequest", body: "ResponsesRequest", texts: FileTexts,
-                     load: LoadFile | None = None) -> None:
+                     load: LoadFile | None = None, fetch: FetchFile | None = None) -> None:
     """Every input_file part of `request` (the conversation) read into the text the model sees; a RequestError
     naming the part (in `body`, the request as sent, else the history's) when one cannot be read. A part naming an
-    uploaded file by `file_id` is read through `load`."""
+    uploaded file by `file_id` is read through `load`, one naming a URL by `file_url` through `fetch`."""
     params = {_source(part): param for param, part in body.content_parts() if part.type == "input_file"}
     for _, part in request.content_parts():
         if part.type != "input_file":
             continue
         file_data, file_id = getattr(part, "file_data", None), getattr(part, "file_id", None)
+        file_url = getattr(part, "file_url", None)
         param = params.get(_source(part), "previous_response_id")
         if file_data is None and isinstance(file_id, str) and file_id:
             part.read_as(await _uploaded_text(texts, load, file_id, getattr(part, "filename", None), param))
+            continue
+        if file_data is None and isinstance(file_url, str) and file_url:
+            if fetch is None:
+                raise RequestError("This server fetches no file URLs here; send the file as file_data.", param=param)
+            name = getattr(part, "filename", None) or file_url.rstrip("/").rsplit("/", 1)[-1]
+            part.read_as(await texts.stored_text(await fetch(file_url, f"{param}.file_url"), name, param))
             continue
         if not isinstance(file_data, str):
             raise RequestError("Invalid input_file: it needs file_data or file_id.", param=param)
@@ -123,7 +132,7 @@ async def read_files(request: "ResponsesRequest", body: "ResponsesRequest", text
 
 
 def _source(part: object) -> object:
-    return getattr(part, "file_data", None) or getattr(part, "file_id", None)
+    return getattr(part, "file_data", None) or getattr(part, "file_id", None) or getattr(part, "file_url", None)
 
 
 async def _uploaded_text(texts: FileTexts, load: LoadFile | None, file_id: str, filename: object, param: str) -> str:

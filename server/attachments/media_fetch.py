@@ -1,4 +1,5 @@
-"""Image URLs fetched only where the operator allows (`--allowed-media-domains`), with a size limit and a timeout."""
+"""Image and file URLs fetched only where the operator allows (`--allowed-media-domains`), with a size limit and a
+timeout, following no redirect."""
 
 from __future__ import annotations
 
@@ -19,38 +20,44 @@ async def fetch_images(urls: Iterable[tuple[str, Any]], allowed_domains: tuple[s
     wanted = {url: param for param, url in urls if isinstance(url, str) and url.startswith(("http://", "https://"))}
     if not wanted:
         return {}
-    fetched: dict[str, bytes] = {}
     async with httpx.AsyncClient(timeout=FETCH_TIMEOUT_SECONDS, follow_redirects=False) as client:
-        for url, param in wanted.items():
-            host = _host(url, param)
-            if host not in allowed_domains:
-                raise RequestError(f"This server does not fetch images from {host or 'that URL'!r} "
-                                   "(the operator allows: " + (", ".join(allowed_domains) or "no domain") +
-                                   "); send the image inline as a data URL.", param=param)
-            fetched[url] = await _fetch(client, url, param)
-    return fetched
+        return {url: await _fetch(client, url, param, allowed_domains, MAX_IMAGE_BYTES, "image")
+                for url, param in wanted.items()}
 
 
-def _host(url: str, param: str) -> str:
+async def fetch_file(url: str, param: str, allowed_domains: tuple[str, ...], max_bytes: int) -> bytes:
+    """The bytes behind an input_file's `file_url`, under the same guards as an image's."""
+    if not url.startswith(("http://", "https://")):
+        raise RequestError("A file_url must be an http(s) URL.", param=param)
+    async with httpx.AsyncClient(timeout=FETCH_TIMEOUT_SECONDS, follow_redirects=False) as client:
+        return await _fetch(client, url, param, allowed_domains, max_bytes, "file")
+
+
+def _host(url: str, param: str, what: str) -> str:
     try:
         return urlsplit(url).hostname or ""
     except ValueError:  # a bracket left open, a character that normalizes to a delimiter, ...
-        raise RequestError("The image URL is not a valid URL.", param=param) from None
+        raise RequestError(f"The {what} URL is not a valid URL.", param=param) from None
 
 
-async def _fetch(client: httpx.AsyncClient, url: str, param: str) -> bytes:
+async def _fetch(client: httpx.AsyncClient, url: str, param: str, allowed_domains: tuple[str, ...], max_bytes: int,
+                 what: str) -> bytes:
+    host = _host(url, param, what)
+    if host not in allowed_domains:
+        inline = "the image inline as a data URL" if what == "image" else "the file as file_data, or upload it"
+        raise RequestError(f"This server does not fetch {what}s from {host or 'that URL'!r} (the operator allows: "
+                           + (", ".join(allowed_domains) or "no domain") + f"); send {inline}.", param=param)
     try:
         async with client.stream("GET", url) as response:
             if response.status_code != 200:  # a redirect is not followed: it could leave the allowed domains
-                raise RequestError(f"The image URL answered HTTP {response.status_code}.", param=param)
+                raise RequestError(f"The {what} URL answered HTTP {response.status_code}.", param=param)
             body = bytearray()
             async for chunk in response.aiter_bytes():
                 body += chunk
-                if len(body) > MAX_IMAGE_BYTES:
-                    raise RequestError(f"The image is larger than {MAX_IMAGE_BYTES // (1024 * 1024)} MiB.",
-                                       param=param)
+                if len(body) > max_bytes:
+                    raise RequestError(f"The {what} is larger than {max_bytes // (1024 * 1024)} MiB.", param=param)
             return bytes(body)
     except httpx.InvalidURL:
-        raise RequestError("The image URL is not a valid URL.", param=param) from None
+        raise RequestError(f"The {what} URL is not a valid URL.", param=param) from None
     except httpx.HTTPError as exc:
-        raise RequestError(f"The image URL could not be fetched ({type(exc).__name__}).", param=param) from None
+        raise RequestError(f"The {what} URL could not be fetched ({type(exc).__name__}).", param=param) from None

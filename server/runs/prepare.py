@@ -19,9 +19,10 @@ from server.constraints.rules import OutputRules, check_schemas, output_rules
 from server.history.conversation import since_last_compaction, stored_input_items, validated_items, with_history
 from server.engine.interface import PENALTIES, SAMPLING_KEYS, EngineRequest, SamplingSettings
 from server.errors import DependencyFailed, GenerationFailed, RequestError
-from server.attachments.files import LoadFile, read_files
+from server.attachments.files import FetchFile, LoadFile, read_files
 from server.attachments.media import checked_images, decoded_images, uploaded_images
-from server.attachments.media_fetch import fetch_images
+from server.attachments.media_fetch import fetch_file, fetch_images
+from server.file_data import MAX_FILE_BYTES
 from server.models.registry import Model
 from server.model_settings import ModelSettings
 from server.paths.base import ModelPath, RenderedPrompt
@@ -185,8 +186,9 @@ async def input_token_count(context: ServingContext, body: ResponsesRequest, pro
     hosted = await hosted_tools(conversation, body, context.config.mcp, await _file_search(context, body, project))
     if hosted.unavailable is not None:
         raise DependencyFailed(hosted.unavailable.error or "", param="tools")
-    run = await prepare_run(context, conversation, body, await images_fetched(context, conversation, body, project), hosted,
-                            keys=prompt_keys(body, project, continuable=False))
+    fetched = await images_fetched(context, conversation, body, project)
+    run = await prepare_run(context, conversation, body, fetched, hosted, keys=prompt_keys(body, project,
+                                                                                           continuable=False))
     return await context.model(body.model).engine.prompt_length(run.request)
 
 
@@ -241,8 +243,15 @@ async def conversation_of(context: ServingContext, body: ResponsesRequest, proje
                                         context.known_chains, project)
     history = await resolved_references(history, store)  # a chain's earlier turns may have sent references too
     conversation = open_sealed_items(since_last_compaction(rendered_codex_items(history)), context.sealer)
-    await read_files(conversation, body, context.file_texts, _file_loader(context, project))
+    await read_files(conversation, body, context.file_texts, _file_loader(context, project), _file_fetcher(context))
     return conversation, start
+
+
+def _file_fetcher(context: ServingContext) -> FetchFile:
+    """How the request's `input_file` parts read a `file_url`: from the hosts the operator allows, as images."""
+    async def fetch(url: str, param: str) -> bytes:
+        return await fetch_file(url, param, context.config.allowed_media_domains, MAX_FILE_BYTES)
+    return fetch
 
 
 def _file_loader(context: ServingContext, project: str) -> LoadFile | None:
@@ -280,7 +289,7 @@ async def _compacted(context: ServingContext, conversation: ResponsesRequest, bo
     compacted = open_sealed_items(conversation.model_copy(update={"input": [CompactionItem.model_validate(made)]}),
                                   context.sealer)
     await read_files(compacted, body, context.file_texts,  # the files it keeps were read: their texts are kept
-                     _file_loader(context, keys.project))
+                     _file_loader(context, keys.project), _file_fetcher(context))
     if loop is not None:
         loop.conversation = compacted
     return Continuation(item, await prepare_run(context, compacted, body, fetched, hosted, keys=keys,
