@@ -85,14 +85,18 @@ def validate_events(raw_events: list[dict[str, Any]]) -> Response:
         _check(event.sequence_number == number, f"sequence_number {event.sequence_number} at position {number}")
     _check(events[0].type == "response.created", f"first event is {events[0].type}")
     _check(events[0].response.output == [], "response.created carries an empty output")
-    _check(events[1].type == "response.in_progress", f"second event is {events[1].type}")
     terminals = [e for e in events if e.type in _TERMINAL]
     _check(len(terminals) == 1 and events[-1] is terminals[0], "exactly one terminal event, and it is last")
+    opening = 2 if events[1].type == "response.queued" else 1  # where response.in_progress is
+    if opening == 2:  # a background response that waited for its turn: created and queued as queued
+        _check(events[0].response.status == events[1].response.status == "queued", "a queued response is queued")
+    if not (opening == 2 and len(events) == 3):  # (one cancelled while queued ends there)
+        _check(events[opening].type == "response.in_progress", f"event {opening} is {events[opening].type}")
     response_id = events[0].response.id
     for event in (events[0], events[1], events[-1]):
         _check(event.response.id == response_id, "the response id changed during the stream")
 
-    done_items = _validate_items(raw_events[2:-1])
+    done_items = _validate_items(raw_events[opening + 1:-1])
     final = events[-1].response
     allowed = {_TERMINAL_STATUS[events[-1].type]} | ({"cancelled"} if events[-1].type == "response.failed" else set())
     _check(final.status in allowed, f"{events[-1].type} with status {final.status}")

@@ -21,6 +21,7 @@ from openai.types.responses import (
     ResponseInProgressEvent,
     ResponseOutputItem,
     ResponseOutputItemAddedEvent,
+    ResponseQueuedEvent,
     ResponseOutputItemDoneEvent,
     ResponseOutputTextAnnotationAddedEvent,
     ResponseReasoningSummaryPartAddedEvent,
@@ -119,6 +120,7 @@ class _State:
     citable: dict[int, Citable] = field(default_factory=dict)  # the results the answer may cite, by their number
     compaction: ResponseCompactionItem | None = None  # a compaction begun, its content to come
     started: bool = False
+    queued: bool = False  # waiting for its turn to run: in progress once `admitted`
     terminal: Response | None = None
 
 
@@ -170,7 +172,7 @@ class ResponseBuilder:
 
     def response(self) -> Response:
         """The terminal response, or an in-progress snapshot of what is finished so far."""
-        return self._state.terminal or self._snapshot("in_progress")
+        return self._state.terminal or self._snapshot("queued" if self._state.queued else "in_progress")
 
     def begin_compaction(self) -> list[ResponseStreamEvent]:
         """An automatic compaction, before generation: its item (its content to come), then
@@ -238,14 +240,32 @@ class ResponseBuilder:
         writer = self._writers.get(kind)  # type: ignore[call-overload]
         return writer is not None and writer.calls_tool
 
+    def queue(self) -> None:
+        """The response waits for its turn to run: it is created and reads as queued until `admitted()`."""
+        assert not self._state.started, "queue() after start()"
+        self._state.queued = True
+
     def start(self) -> list[ResponseStreamEvent]:
-        """`response.created` then `response.in_progress`."""
+        """`response.created` then `response.in_progress`; or, queued, `response.created` then `response.queued`
+        (`response.in_progress` comes with `admitted()`)."""
         assert not self._state.started, "start() called twice"
         self._state.started = True
+        if self._state.queued:
+            return [
+                self._emit(ResponseCreatedEvent, type="response.created", response=self._snapshot("queued")),
+                self._emit(ResponseQueuedEvent, type="response.queued", response=self._snapshot("queued")),
+            ]
         return [
             self._emit(ResponseCreatedEvent, type="response.created", response=self._snapshot("in_progress")),
             self._emit(ResponseInProgressEvent, type="response.in_progress", response=self._snapshot("in_progress")),
         ]
+
+    def admitted(self) -> list[ResponseStreamEvent]:
+        """A queued response's turn has come: `response.in_progress`."""
+        assert self._state.queued and not self.finished, "admitted() of a response not queued"
+        self._state.queued = False
+        return [self._emit(ResponseInProgressEvent, type="response.in_progress",
+                           response=self._snapshot("in_progress"))]
 
     def feed(self, deltas: Iterable[Delta]) -> list[ResponseStreamEvent]:
         """Events for a batch of deltas, in order.

@@ -140,3 +140,39 @@ def test_past_the_cap_a_request_waits_for_a_place_when_the_server_lets_it(tokeni
         with ThreadPoolExecutor(2) as pool:
             statuses = sorted(answer.status_code for answer in pool.map(lambda n: waiting.post(input=f"r{n}"), range(2)))
         assert statuses == [200, 429]
+
+
+def test_a_background_response_past_the_cap_is_queued_until_its_turn(tokenizer: Any, tmp_path: Any) -> None:
+    """Past the cap a background response is not refused: it is created `queued` (`response.queued`, and so it
+    reads), and goes `in_progress` once a place is free, then completes; one cancelled while queued ends there."""
+    import openai
+
+    from conformance.contract import validate_events
+    from tests.stores import sqlite_records
+
+    engine = ScriptedEngine(tokenizer=tokenizer, scripts=[steps_from_tokens(answer_tokens(tokenizer), list(range(1, 40)))],
+                            step_delay=0.05)
+    config = ServerConfig(served_model_name=MODEL, max_concurrent_requests=1, admission_wait_seconds=0.1)
+    context = ServingContext(config=config, engine_factory=lambda: engine, records=sqlite_records(tmp_path / "r.db"))
+    with serve_in_thread(create_app(context)) as base_url:
+        client = openai.OpenAI(base_url=base_url, api_key="none", max_retries=0)
+        with httpx.stream("POST", f"{base_url}/responses", timeout=30,
+                          json={"model": MODEL, "input": "long", "stream": True}) as first:
+            lines = first.iter_lines()
+            next(lines)  # the first response holds the one place
+            queued = client.responses.create(model=MODEL, input="later", background=True)
+            cancelled = client.responses.create(model=MODEL, input="never", background=True)
+            assert queued.status == cancelled.status == "queued"
+            assert client.responses.retrieve(queued.id).status == "queued"
+            assert client.responses.cancel(cancelled.id).status == "cancelled"
+            for _ in lines:
+                pass
+        events = []
+        with client.responses.retrieve(queued.id, stream=True, starting_after=-1) as followed:  # type: ignore[call-overload]
+            events = [event.model_dump(mode="json", exclude_unset=True) for event in followed]
+        assert [event["type"] for event in events[:3]] == ["response.created", "response.queued", "response.in_progress"]
+        assert validate_events(events).status == "completed"
+        with client.responses.retrieve(cancelled.id, stream=True, starting_after=-1) as followed:  # type: ignore[call-overload]
+            ended = [event.model_dump(mode="json", exclude_unset=True) for event in followed]
+        assert [event["type"] for event in ended] == ["response.created", "response.queued", "response.failed"]
+        assert validate_events(ended).status == "cancelled"

@@ -31,8 +31,10 @@ class ProjectStore:
     async def start_owned(self, record: StoredResponse, lease_seconds: float) -> None:
         await self.responses.start_owned(replace(record, project=self.project), lease_seconds)
 
-    async def append_events(self, response_id: str, events: list[str], owner: str) -> bool:
-        return await self.responses.append_events(response_id, events, owner)  # only the running replica's own
+    async def append_events(self, response_id: str, events: list[str], owner: str,
+                            moved_on: StoredResponse | None = None) -> bool:
+        return await self.responses.append_events(  # only the running replica's own
+            response_id, events, owner, replace(moved_on, project=self.project) if moved_on is not None else None)
 
     async def finish_owned(self, record: StoredResponse, events: list[str]) -> bool:
         return await self.responses.finish_owned(replace(record, project=self.project), events)

@@ -120,15 +120,20 @@ class ResponseRecords:
         """Store a background response as it starts, owned by `record.owner` for `lease_seconds`."""
         await self.database.run("start_owned", lambda db: _insert(db, record, lease_seconds))
 
-    async def append_events(self, response_id: str, events: list[str], owner: str) -> bool:
+    async def append_events(self, response_id: str, events: list[str], owner: str,
+                            moved_on: StoredResponse | None = None) -> bool:
         """Add events (JSON, consecutive sequence numbers) to the log of a response `owner` runs; ones already there
-        are kept. False: the response is no longer running under `owner` (nothing was written)."""
+        are kept; with `moved_on`, the response as it now stands (queued, then in progress). False: the response is no
+        longer running under `owner` (nothing was written)."""
         share_lock = self.database.dialect.share_lock
 
         def write(db: Session) -> bool:
             if db.execute(f"SELECT 1 FROM responses WHERE id = ? AND owner = ? AND status IN {RUNNING}{share_lock}",
                           (response_id, owner)).fetchone() is None:
                 return False
+            if moved_on is not None:
+                db.execute("UPDATE responses SET status = ?, response = ? WHERE id = ? AND project = ?",
+                           (moved_on.status, json.dumps(moved_on.response), response_id, moved_on.project))
             _insert_events(db, response_id, events)
             return True
 

@@ -120,6 +120,7 @@ class ResponseRun:
     # Its opening events (created, in_progress) wait until an engine took its request (or it ends): a request that
     # none takes then raises NotTaken, not a failed response; its caller sets this when nothing was sent yet
     hold_until_taken: bool = False
+    admission: Callable[[], Awaitable[Slot]] | None = None  # see `queue_for`
 
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -175,6 +176,12 @@ class ResponseRun:
     def ended(self) -> bool:
         """The terminal event is made."""
         return self.builder.finished
+
+    def queue_for(self, admission: Callable[[], Awaitable[Slot]]) -> None:
+        """Its place under the concurrency limit is waited for as it runs (a background response, accepted at once):
+        it is queued until then."""
+        self.admission = admission
+        self.builder.queue()
 
     def release(self) -> None:
         """Give back this run's place under the concurrency limit (when it will never run; a run's end does it)."""
@@ -249,6 +256,15 @@ class ResponseRun:
             self._held = opening
         else:
             for event in opening:
+                yield event
+        if self.admission is not None:  # queued until it has its place (a cancel or a stop ends it there)
+            self.slot = await self._engine_work(self.admission())
+            if self.slot is None:
+                for event in self._finish(self._stopping or Finished("error", error_message=GENERATION_FAILED)):
+                    yield event
+                return
+            self.slot.stop = self.stop
+            for event in self.builder.admitted():
                 yield event
         if not self.generate and self.before is None:
             for event in self._finish(await self._prefill()):

@@ -4,9 +4,11 @@ sampling and the builder. Everything that can reject a request happens here, bef
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 
@@ -120,8 +122,12 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
     link = ConversationLink(project_store, body.conversation) if body.conversation and project_store else None
     keep_items = store is not None or link is not None or earlier is not None
     input_items = stored_input_items(body, context.ids) if keep_items else []
-    # last: a request refused for any other reason takes no place (nor waits for one)
-    run.slot = await admitted(context)
+    # last: a request refused for any other reason takes no place (nor waits for one); a background one is
+    # accepted at once, queued until it has its place
+    if body.background:
+        run.queue_for(partial(admitted, context, math.inf))
+    else:
+        run.slot = await admitted(context)
     run.timeline = timeline
     timeline.mark("prepared")
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
@@ -134,11 +140,13 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
                      kept_in=earlier, replica=context.replicas.replica_id if context.replicas else None)
 
 
-async def admitted(context: ServingContext) -> Slot:
-    """A place under the concurrency limit, waited for (traced: its wait is the admission's)."""
+async def admitted(context: ServingContext, wait_seconds: float | None = None) -> Slot:
+    """A place under the concurrency limit, waited for up to `wait_seconds` (else --admission-wait; traced: its wait
+    is the admission's)."""
     started = time.monotonic()
     with tracing.span("admission"):
-        slot = await context.admission.admit_within(context.config.admission_wait_seconds)
+        slot = await context.admission.admit_within(context.config.admission_wait_seconds if wait_seconds is None
+                                                    else wait_seconds)
     ADMISSION_WAIT.observe(time.monotonic() - started, tracing.exemplar())
     return slot
 

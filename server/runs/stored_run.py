@@ -64,6 +64,7 @@ class StoredRun:
     obfuscate: bool = False  # each delta's JSON is padded to hide its length (streamed, unless the client said not)
     _log: list[str] = field(default_factory=list)  # the events' JSON so far, when kept
     _saved: int = 0  # how many of the log's first events the store holds (a background log is written as it grows)
+    _saved_status: str | None = None  # the status the store holds for it while it runs (queued, then in progress)
     owner: str | None = None  # the replica generating it, for a background response
     replica: str | None = None  # the replica generating it: where its prefix is cached (any response)
     retry_later: Callable[["StoredRun"], None] | None = None  # takes an ending the store refused, to store it later
@@ -209,7 +210,9 @@ class StoredRun:
         """Store a background response as it starts, owned by this replica (`owner`) under a lease."""
         assert self.store is not None
         self.owner = owner
-        await self.store.start_owned(self._record(), lease_seconds)
+        record = self._record()
+        await self.store.start_owned(record, lease_seconds)
+        self._saved_status = record.status
 
     async def save_new_events(self) -> bool:
         """Write the logged events the store does not hold yet, for followers on other replicas; False when the
@@ -217,9 +220,13 @@ class StoredRun:
         assert self.store is not None and self.owner is not None
         count = len(self._log)
         if count > self._saved:
-            if not await self.store.append_events(self.run.response_id, self._log[self._saved:count], self.owner):
+            status = self.run.response().status  # its turn came (queued no more); its end is `_finish_owned`'s
+            moved_on = self._record() if status == "in_progress" and self._saved_status == "queued" else None
+            if not await self.store.append_events(self.run.response_id, self._log[self._saved:count], self.owner,
+                                                  moved_on):
                 return False
             self._saved = max(self._saved, count)  # only once committed: a follower never sees a gap
+            self._saved_status = status
         return True
 
     async def save(self, log: list[str] | None = None) -> None:
