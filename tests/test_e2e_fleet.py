@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
+import openai
 import pytest
 
 from conformance.contract import validate_events
@@ -251,7 +252,8 @@ def _gateway_metric(gateway: RunningServer, name: str, **labels: str) -> float:
 def test_faults_between_the_gateway_and_real_workers_retry_eject_and_move_streams_through_the_sdk(
         fleet: Fleet, bundled_model: Path, tiny_gpt_oss: Path, tmp_path: Path) -> None:
     """A second gateway reaches the two real workers through fault proxies, talked to by the strict openai SDK:
-    a worker answering 503 (a router with no room) costs no turn (each goes to the peer) and is ejected; a worker cut
+    a worker answering 503 (a router with no room) costs no turn (each goes to the peer) and is ejected, and when the
+    other answers 503 too the client gets a 503 before any event; a worker cut
     off mid-stream (a black hole) has its stream go on on the peer; the fleet file changed and SIGHUP moves every
     turn to the worker it names; a gateway whose `path` is another model's is refused at start, naming the fix."""
     from contextlib import contextmanager
@@ -274,6 +276,12 @@ def test_faults_between_the_gateway_and_real_workers_retry_eject_and_move_stream
                     break
             assert _gateway_metric(gateway, "responses_server_engine_retries_total", reason="status") >= 3
             assert _gateway_metric(gateway, "responses_server_engine_worker_ejections_total") == 1
+            second.set("status_503")  # and now the other too: no worker takes a turn, which is the client's 503
+            with pytest.raises(openai.APIStatusError) as refused:
+                client.with_options(max_retries=0).responses.create(model=SMOL, input="Hi!", max_output_tokens=4,
+                                                                    stream=True)
+            assert refused.value.status_code == 503 and refused.value.response.headers["retry-after"]
+            second.set("pass")
             first.set("pass")
             seen, kinds = "", []
             with client.responses.create(model=SMOL, input="Count from 1 to 1000.", max_output_tokens=120,
