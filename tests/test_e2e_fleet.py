@@ -120,9 +120,9 @@ def _running_on(workers: list[VllmWorker]) -> int:
 
 
 def test_every_scenario_passes_for_both_models(fleet: Fleet) -> None:
-    """Every scenario on both models; the chat model's over SSE alone (the transports are the gateway's own code,
-    which the embedded server's check runs on every one: on the workers, what differs is the engine below)."""
-    for model, transports in ((SMOL, ["--transport", "sse"]), (OSS, [])):
+    """Every scenario on both models, over SSE alone (the transports are the gateway's own code, which the embedded
+    servers' checks run on every one, for either path: on the workers, what differs is the engine below)."""
+    for model, transports in ((SMOL, ["--transport", "sse"]), (OSS, ["--transport", "sse"])):
         done = subprocess.run([sys.executable, "-m", "server", "check", fleet.gateway.base_url, "--model", model,
                                "--json", "--parallel", "--seed", "7", *transports], capture_output=True, text=True,
                               timeout=1200)
