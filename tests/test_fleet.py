@@ -818,10 +818,12 @@ def test_past_the_per_worker_cap_requests_wait_and_take_turns_between_projects(t
     assert started[0] == "a0" and started[1] == "b0" and sorted(started[2:]) == ["a1", "a2", "a3"], started
 
 
+@pytest.mark.parametrize("second_goes_down", [False, True], ids=["second hangs", "second goes down"])
 def test_a_stream_moved_once_goes_back_to_its_first_worker_when_the_second_fails_too(
-        tokenizer: Any, tmp_path: Path) -> None:
-    """A dies mid-stream (the stream goes on on B); A comes back; then B hangs: the stream goes on on A again, not
-    lost for having tried A once (seen in bench/fleet_chaos.py: a SIGSTOP, then a black hole on the other)."""
+        tokenizer: Any, tmp_path: Path, second_goes_down: bool) -> None:
+    """A dies mid-stream (the stream goes on on B); A comes back; then B hangs, or goes down by its health checks
+    (A is then the only worker in rotation): the stream goes on on A again, not lost for having tried A once (seen
+    in bench/fleet_chaos.py: a SIGSTOP, then a black hole on the other)."""
     import threading
 
     with ExitStack() as stack:
@@ -835,6 +837,8 @@ def test_a_stream_moved_once_goes_back_to_its_first_worker_when_the_second_fails
             if sent == 1:  # A is down by now or soon (its /health fails twice); it recovers a second later
                 threading.Timer(1.0, lambda: (setattr(first, "healthy", True),
                                               setattr(first, "drop_after", None))).start()
+            if sent == 2 and second_goes_down:  # B's health fails from when it hangs, once A is back
+                threading.Timer(2.0, lambda: setattr(second, "healthy", False)).start()
 
         second.on_chunk = recover_later
         events = fleet.stream(input="Where?", prompt_cache_key="k", max_output_tokens=100)

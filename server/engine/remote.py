@@ -282,7 +282,8 @@ class RemoteEngine:
             order = self.workers.order(request.affinity)
             candidates = [worker for worker in order if worker not in tried] + [
                 worker for worker in order if worker in tried and worker.back_since(tried[worker])]
-            if not candidates or progress.attempts > 2 * len(order):
+            if not candidates or progress.attempts > 2 * len(self.workers.workers):  # (all of them: those in
+                # rotation may be fewer now than when it began)
                 if progress.generated:
                     raise EngineUnavailable(WORKER_LOST)
                 raise EngineUnavailable(BUSY.format(model=self.workers.model))
