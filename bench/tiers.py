@@ -35,16 +35,15 @@ ARMS = {"quiet": None, "flex flood": "flex", "default flood": "default"}
 
 async def first_token_seconds(client: httpx.AsyncClient, body: dict[str, Any]) -> float:
     """Seconds from the request to its first output text delta."""
-    started = time.perf_counter()
+    started, seconds = time.perf_counter(), None
     async with client.stream("POST", "/responses", json={**body, "stream": True}) as answer:
         answer.raise_for_status()
-        async for line in answer.aiter_lines():
-            if line.startswith("data: ") and '"response.output_text.delta"' in line:
+        async for line in answer.aiter_lines():  # read to the end: the turn is over when it ends
+            if seconds is None and line.startswith("data: ") and '"response.output_text.delta"' in line:
                 seconds = time.perf_counter() - started
-                async for _ in answer.aiter_lines():  # read to the end: the turn is over when it ends
-                    pass
-                return seconds
-    raise RuntimeError("the stream ended without a text delta")
+    if seconds is None:
+        raise RuntimeError("the stream ended without a text delta")
+    return seconds
 
 
 async def flood(client: httpx.AsyncClient, model: str, tier: str, stop: asyncio.Event, done: list[int]) -> None:
