@@ -135,13 +135,19 @@ def _source(part: object) -> object:
     return getattr(part, "file_data", None) or getattr(part, "file_id", None) or getattr(part, "file_url", None)
 
 
-async def _uploaded_text(texts: FileTexts, load: LoadFile | None, file_id: str, filename: object, param: str) -> str:
+async def uploaded(load: LoadFile | None, file_id: str, param: str, part_type: str) -> tuple[str, bytes]:
+    """The (filename, content) of the project's uploaded file `file_id`, named by a part of `part_type` at `param`; a
+    RequestError naming the part's file_id when there is no such file (another project's is exactly a missing one)."""
     try:
         found = await load(file_id) if load is not None else None
     except FileError as exc:
-        raise RequestError(f"Invalid input_file: {exc}.", param=param) from None
+        raise RequestError(f"Invalid {part_type}: {exc}.", param=param) from None
     if found is None:
         raise RequestError(f"No file with id '{file_id}' found.", param=f"{param}.file_id",
                            code="file_not_found")
-    name, data = found
+    return found
+
+
+async def _uploaded_text(texts: FileTexts, load: LoadFile | None, file_id: str, filename: object, param: str) -> str:
+    name, data = await uploaded(load, file_id, param, "input_file")
     return await texts.stored_text(data, filename or name, param)

@@ -92,22 +92,17 @@ class _PixelBudget:
 async def uploaded_images(sources: Sequence[tuple[str, str]], load: "LoadFile | None") -> dict[str, bytes]:
     """The bytes of each image sent by `file_id` (its `(param, image_source)`), read through `load` (the project's
     own files: another's is exactly a missing one); a RequestError naming the part's file_id when one is missing."""
-    from server.attachments.files import FileError
+    from server.attachments.files import uploaded
     from server.requests import UPLOADED_IMAGE
 
     images: dict[str, bytes] = {}
     for param, source in sources:
         file_id = source.removeprefix(UPLOADED_IMAGE)
-        try:
-            found = await load(file_id) if load is not None else None
-        except FileError as exc:
-            raise RequestError(f"Invalid input_image: {exc}.", param=param) from None
-        if found is None:
-            raise RequestError(f"No file with id '{file_id}' found.", param=f"{param}.file_id", code="file_not_found")
-        if len(found[1]) > MAX_IMAGE_BYTES:
+        _, data = await uploaded(load, file_id, param, "input_image")
+        if len(data) > MAX_IMAGE_BYTES:
             raise TooLarge(f"The image file '{file_id}' is larger than {MAX_IMAGE_BYTES:,} bytes.", param=param,
                            code="image_too_large")
-        images[source] = found[1]
+        images[source] = data
     return images
 
 

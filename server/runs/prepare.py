@@ -322,10 +322,9 @@ async def images_fetched(context: ServingContext, conversation: ResponsesRequest
     params = {part.image_source: param for param, part in body.content_parts() if part.is_image()}
     sources = [(params.get(part.image_source, "previous_response_id"), part.image_source)
                for _, part in conversation.content_parts() if part.is_image()]
-    uploaded = [(param, source) for param, source in sources if source and source.startswith(UPLOADED_IMAGE)]
-    fetched = await fetch_images([(param, source) for param, source in sources if (param, source) not in uploaded],
-                                 context.config.allowed_media_domains)
-    return {**fetched, **await uploaded_images(uploaded, _file_loader(context, project))}
+    by_file = [(param, source) for param, source in sources if source and source.startswith(UPLOADED_IMAGE)]
+    fetched = await fetch_images(sources, context.config.allowed_media_domains)  # (it takes http(s) URLs alone)
+    return {**fetched, **await uploaded_images(by_file, _file_loader(context, project))}
 
 
 async def prepare_run(context: ServingContext, conversation: ResponsesRequest, body: ResponsesRequest,

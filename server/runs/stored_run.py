@@ -220,13 +220,16 @@ class StoredRun:
         assert self.store is not None and self.owner is not None
         count = len(self._log)
         if count > self._saved:
-            status = self.run.response().status  # its turn came (queued no more); its end is `_finish_owned`'s
-            moved_on = self._record() if status == "in_progress" and self._saved_status == "queued" else None
+            moved_on = None  # while the store holds it queued: the row moves on when its turn comes (its end is
+            if self._saved_status == "queued":  # `_finish_owned`'s); a snapshot only then, not at every write
+                record = self._record()
+                moved_on = record if record.status == "in_progress" else None
             if not await self.store.append_events(self.run.response_id, self._log[self._saved:count], self.owner,
                                                   moved_on):
                 return False
             self._saved = max(self._saved, count)  # only once committed: a follower never sees a gap
-            self._saved_status = status
+            if moved_on is not None:
+                self._saved_status = moved_on.status
         return True
 
     async def save(self, log: list[str] | None = None) -> None:
