@@ -36,13 +36,13 @@ class ChatParser:
             return self.tools.feed_text(text)
         return [OutputText(text)] if text else []
 
-    def open_custom_call(self) -> tuple[str, str] | None:
-        """The open custom call's tool name and its arguments so far, as written (JSON)."""
-        reader = getattr(self.tools, "open_custom_call", None)
+    def open_call(self) -> tuple[str, str] | None:
+        """The open call's tool name and its arguments so far, as written (JSON)."""
+        reader = getattr(self.tools, "open_call", None)
         return reader() if reader is not None else None
 
-    def end_custom_call(self, rest: str) -> list[Delta]:
-        """The deltas of the answer text `rest`, written by the server to end the open custom call."""
+    def end_call(self, rest: str) -> list[Delta]:
+        """The deltas of the answer text `rest`, written by the server to end the open call."""
         assert self.tools is not None
         return self.tools.feed_text(rest)
 

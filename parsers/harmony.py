@@ -96,7 +96,8 @@ class HarmonyParser:
     _analysis: bool = False  # the current channel is `analysis` (as last read)
     _harmony_error: type[Exception] = Exception
     _open: OpenKind | None = None
-    _custom: tuple[ToolSpec, list[str]] | None = None  # a custom tool's call is buffered to its end
+    _called: tuple[ToolSpec, list[str]] | None = None  # the open call's tool and body so far (a custom call's is
+    # held to its end; a function call's streams, and is kept for its closing)
 
     def __post_init__(self) -> None:
         from openai_harmony import HarmonyError, Role, StreamableParser
@@ -118,20 +119,20 @@ class HarmonyParser:
         preamble its header said it was."""
         return [MessagePhase("commentary")] if self._open == "preamble" else []
 
-    def open_custom_call(self) -> tuple[str, str] | None:
-        """The open custom call's tool name and its input so far; None: no custom call is open."""
-        if self._custom is None:
+    def open_call(self) -> tuple[str, str] | None:
+        """The open call's tool name and its arguments (a custom call's input) so far; None: no call is open."""
+        if self._called is None or not self._in_body:
             return None
-        tool, body = self._custom
-        return tool.name, "".join(body)
+        tool, body = self._called
+        return tool.model_name, "".join(body)
 
-    def end_custom_call(self, rest: str) -> list[Delta]:
-        """End the open custom call as if its message ended after `rest` (its input's closing, written by the
-        server when the output budget would cut it)."""
-        assert self._custom is not None and self._in_body
-        self._custom[1].append(rest)
+    def end_call(self, rest: str) -> list[Delta]:
+        """End the open call as if its message ended after `rest` (its closing, written by the server when the
+        output budget would cut it)."""
+        assert self._called is not None and self._in_body
+        deltas = self._content(rest) if rest else []
         self._in_body = False
-        return self._close_message()
+        return deltas + self._close_message()
 
     def _token(self, token_id: int) -> list[Delta]:
         parser, tokens = self._parser, self._tokens
@@ -179,8 +180,9 @@ class HarmonyParser:
             return []
         if recipient and recipient != "assistant":
             tool = self._addressed(recipient)
+            self._called = (tool, [])
             if tool.kind == "custom":
-                self._open, self._custom = "custom", (tool, [])
+                self._open = "custom"
                 return []
             self._open = "call"
             return [ToolCallStarted(tool.name, kind=tool.kind, namespace=tool.namespace)]
@@ -201,20 +203,17 @@ class HarmonyParser:
     def _content(self, text: str) -> list[Delta]:
         if self._open == "reasoning":
             return [ReasoningText(text)]
-        if self._open == "call":
-            return [ToolCallArguments(text)]
-        if self._open == "custom":
-            assert self._custom is not None
-            self._custom[1].append(text)
-            return []
+        if self._open in ("call", "custom"):
+            assert self._called is not None
+            self._called[1].append(text)
+            return [ToolCallArguments(text)] if self._open == "call" else []
         return [OutputText(text)]  # a message or a preamble
 
     def _close_message(self) -> list[Delta]:
-        kind, self._open = self._open, None
+        kind, self._open, called, self._called = self._open, None, self._called, None
         if kind == "custom":
-            assert self._custom is not None
-            tool, body = self._custom
-            self._custom = None
+            assert called is not None
+            tool, body = called
             return [ToolCallStarted(tool.name, kind="custom"), ToolCallArguments(_custom_input("".join(body))),
                     ItemEnded()]
         if kind in ("message", "preamble"):

@@ -37,6 +37,8 @@ class JsonCallStreamer:
     _ended: bool = False  # close() has run
     _raw: list[str] = field(default_factory=list)  # all text fed, to give back a call that does not parse
     _custom: tuple[str, int] | None = None  # a custom tool's call: the name written, where its arguments start
+    _name: str = ""  # the name written, once the head is read
+    _written: list[str] = field(default_factory=list)  # the streamed arguments so far (for their closing)
 
     def feed(self, text: str) -> tuple[list[Delta], str | None]:
         """Deltas for the call text, and the text after the call once its object closed (else None).
@@ -52,9 +54,13 @@ class JsonCallStreamer:
         self.closed = after is not None
         return self._consume(inside), after
 
-    def open_custom_call(self) -> tuple[str, str] | None:
-        """The custom tool's name and its arguments so far, while a custom call's object is open (else None)."""
-        if self._custom is None or self.closed:
+    def open_call(self) -> tuple[str, str] | None:
+        """The tool's name and its arguments so far, while the call's arguments are being written (else None)."""
+        if self.closed or self._arguments_done:
+            return None
+        if self._mode == "arguments":
+            return self._name, "".join(self._written)
+        if self._custom is None:
             return None
         name, start = self._custom
         return name, "".join(self._buffer)[start:]
@@ -89,12 +95,13 @@ class JsonCallStreamer:
             if _head_passed(buffered):
                 self._mode = "whole"
             return []
-        tool = self.tools.lookup(json.loads(f'"{match.group(1)}"'))
+        self._name = json.loads(f'"{match.group(1)}"')
+        tool = self.tools.lookup(self._name)
         rest = buffered[match.end():]
         if tool.kind == "custom" or not rest.startswith("{"):
             self._mode = "whole"
             if tool.kind == "custom":
-                self._custom = (json.loads(f'"{match.group(1)}"'), match.end())
+                self._custom = (self._name, match.end())
             return []
         self._mode, self._buffer = "arguments", []
         return [ToolCallStarted(tool.name, kind=tool.kind, namespace=tool.namespace)] + self._stream_arguments(rest)
@@ -105,6 +112,7 @@ class JsonCallStreamer:
         end = self._arguments.feed(text)
         if end >= 0:
             self._arguments_done, text = True, text[:end]
+        self._written.append(text)
         return [ToolCallArguments(text)] if text else []
 
 

@@ -33,9 +33,9 @@ class Llama3JsonToolParser:
             return [OutputText(text)] if text else []
         return self._calls(text)
 
-    def open_custom_call(self) -> tuple[str, str] | None:
-        """The open custom call's tool name and arguments so far (None: no custom call is open)."""
-        call = self._call.open_custom_call() if self._call is not None else None
+    def open_call(self) -> tuple[str, str] | None:
+        """The open call's tool name and arguments so far (None: no call's arguments are open)."""
+        call = self._call.open_call() if self._call is not None else None
         return (call[0], call[1]) if call is not None else None
 
     def finish(self) -> list[Delta]:

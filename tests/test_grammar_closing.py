@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Iterator
 
+import jsonschema
 import pytest
 
 from conformance.contract import validate_events
@@ -164,3 +166,50 @@ def test_a_chat_custom_call_the_budget_would_cut_is_closed_by_its_grammar(chat: 
     closing = whole[len(written):]
     assert used_tokens + len(closing.encode()) <= budget, "the closing fits the budget"
     assert chat.engine_aborted_last_request(), "the model's endless sentence is not generated on"
+
+
+LOOKUP_TOOL = {"type": "function", "name": "lookup", "description": "Looks words up.", "strict": True,
+               "parameters": {"type": "object", "properties": {"words": {"type": "string"}}, "required": ["words"],
+                              "additionalProperties": False}}
+
+
+def closed_function_call(harness: Harness, budget: int) -> tuple[dict[str, Any], int]:
+    """Ask for a forced function call within `budget` (streamed): the response completes with one call whose
+    arguments are JSON valid against the tool's schema; that call, and the output tokens used."""
+    response = validate_events(harness.raw_stream(
+        input="Look something up.", tools=[LOOKUP_TOOL], tool_choice={"type": "function", "name": "lookup"},
+        max_output_tokens=budget))
+    output = [item.model_dump() for item in response.output]
+    assert response.status == "completed", output
+    (call,) = [item for item in output if item["type"] == "function_call"]
+    jsonschema.validate(json.loads(call["arguments"]), LOOKUP_TOOL["parameters"])
+    return call, response.usage.output_tokens if response.usage else 0
+
+
+@pytest.mark.parametrize("budget", [24, 40, 100])
+def test_a_function_call_the_budget_would_cut_is_closed_by_its_schema(harmony: Harness, budget: int) -> None:
+    """A function call's string that never ends (a random model's) was cut by the budget: the call incomplete, and
+    a hosted call (file_search, MCP) never run. Its arguments now close under their schema, as a custom call's do."""
+    encoding = harmony_encoding()
+    header = encoding.encode("<|channel|>commentary to=functions.lookup<|message|>", allowed_special="all")
+    tokens = (header + encoding.encode('{"words": "' + " ".join(["word"] * 400)))[:budget]
+    harmony.play(steps_from_tokens(tokens, cuts=list(range(1, len(tokens))), finish="length"))
+    call, used_tokens = closed_function_call(harmony, budget)
+    written = encoding.decode(tokens[len(header):used_tokens])
+    assert call["arguments"].startswith(written)
+    assert used_tokens + len(call["arguments"][len(written):].encode()) <= budget, "the closing fits the budget"
+    assert harmony.engine_aborted_last_request()
+
+
+@pytest.mark.parametrize("budget", [40, 100])
+def test_a_chat_function_call_the_budget_would_cut_is_closed_by_its_schema(chat: Harness, tokenizer: Any,
+                                                                           budget: int) -> None:
+    head = '<tool_call>\n{"name": "lookup", "arguments": {"words": "'
+    tokens = tokenizer.encode(head + " ".join(["word"] * 400), add_special_tokens=False)[:budget]
+    chat.play(steps_from_tokens(tokens, cuts=list(range(1, len(tokens))), finish="length"))
+    call, used_tokens = closed_function_call(chat, budget)
+    whole = '<tool_call>\n{"name": "lookup", "arguments": ' + call["arguments"] + '}\n</tool_call>'
+    written = tokenizer.decode(tokens[:used_tokens])
+    assert whole.startswith(written)
+    assert used_tokens + len(whole[len(written):].encode()) <= budget, "the closing fits the budget"
+    assert chat.engine_aborted_last_request()

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Literal
 
+from server.constraints.closing import arguments_grammar
 from server.constraints.json_grammar import json_grammar
 from server.constraints.json_string import ebnf_literal, json_string_grammar, renamed_root
-from server.constraints.rules import OutputRules
+from server.constraints.rules import CallRules, OutputRules
 
 Format = dict[str, Any]
 # Calls in one answer when a grammar writes them and the request sets no limit: a small model can otherwise
@@ -111,6 +113,16 @@ def custom_arguments_grammar(ebnf: str, after: str = "") -> str:
     follows the tool's grammar `ebnf`; then `after` (the call's end, for its closing: server/constraints/closing.py)."""
     return (f"root ::= {ebnf_literal(CUSTOM_INPUT_OPEN)} custom_input {ebnf_literal(CUSTOM_INPUT_CLOSE + after)}\n"
             + renamed_root(json_string_grammar(ebnf), "custom_input"))
+
+
+def call_grammars(calls: CallRules, after: str = "") -> dict[str, Callable[[], str] | None]:
+    """Each callable tool's name -> what makes the grammar of its call's arguments (a custom tool's input's, when it
+    has a grammar), then `after`: what a closing completes an open call under (made only if one is asked for)."""
+    grammars: dict[str, Callable[[], str] | None] = {name: partial(arguments_grammar, schema, after)
+                                                     for name, schema in calls.schemas.items()}
+    for name, ebnf in calls.custom.items():
+        grammars[name] = None if ebnf is None else partial(custom_arguments_grammar, ebnf, after)
+    return grammars
 
 
 def _call_tag(syntax: CallSyntax, name: str, schema: dict[str, Any], budget: int | None,

@@ -1,22 +1,34 @@
-"""A custom tool's grammar closed at the output budget: its input's shortest completion, written before the budget ends.
+"""A call closed at the output budget by its grammar: its arguments' shortest completion, written before the budget ends.
 
-No length bound exists for an arbitrary lark or regex grammar, so the grammar alone cannot make a call end within
-`max_output_tokens` (a JSON schema's can: server/constraints/json_budget.py). Instead, once few tokens are left while
-a custom call is open, the run asks for the shortest text that completes its input under the tool's grammar; when
-that text just fits what is left, the run writes it, ends the call, and stops the engine.
+No length bound exists for an arbitrary lark or regex grammar, so a custom tool's grammar alone cannot make a call end
+within `max_output_tokens`; a JSON schema's bound (server/constraints/json_budget.py) needs room the call's own
+fixed text may already have taken. Instead, once few tokens are left while a call is open, the run asks for the
+shortest text that completes its arguments (or a custom tool's input) under the tool's grammar; when that text just
+fits what is left, the run writes it, ends the call, and stops the engine. A hosted call so closed is then run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
+
+from server.constraints.json_grammar import json_grammar
+from server.constraints.json_string import ebnf_literal, renamed_root
 
 # The characters a completion is made of: printable ASCII, newline and tab (a grammar that needs others to close
-# has no completion here, and its call is cut by the budget as before).
-ALPHABET = tuple(chr(code) for code in range(0x20, 0x7F)) + ("\n", "\t")
+# has no completion here, and its call is cut by the budget as before). Letters and digits first: of completions
+# of one length, the first found is the one a reader (or a search run on a closed call's query) can use.
+ALPHABET = tuple(sorted((chr(code) for code in range(0x20, 0x7F)), key=lambda char: not char.isalnum())) + ("\n", "\t")
 MOST_STATES = 20_000  # grammar states one search visits at most (~0.15 s): its cost is bounded whatever the grammar
 CLOSING_WINDOW = 64  # tokens left when the run starts asking for the completion, step by step
+
+
+def arguments_grammar(schema: dict[str, Any], after: str = "") -> str:
+    """A call's JSON arguments valid against `schema` (unbounded: a closing looks for their shortest completion), then
+    `after` (the call's end, in the model's call syntax)."""
+    return (f"root ::= call_arguments {ebnf_literal(after)}\n" if after else "root ::= call_arguments\n") \
+        + renamed_root(json_grammar(schema), "call_arguments")
 
 
 def shortest_completion(grammar: str, text: str, most: int) -> str | None:
@@ -77,27 +89,27 @@ def _compiled(grammar: str) -> Any:
     return xgrammar.GrammarCompiler(vocabulary, cache_enabled=False).compile_grammar(grammar)
 
 
-class CustomCallParser(Protocol):
-    """A parser that holds a custom call's input until the call ends (harmony's, the chat path's JSON calls), and
-    can end it early."""
+class OpenCallParser(Protocol):
+    """A parser that tells the call it is in (harmony's, the chat path's JSON calls), and can end it early."""
 
-    def open_custom_call(self) -> tuple[str, str] | None:
-        """The open custom call's tool name and input so far."""
+    def open_call(self) -> tuple[str, str] | None:
+        """The open call's tool name (as the model writes it) and its arguments, or custom input, so far."""
         ...
 
-    def end_custom_call(self, rest: str) -> list[Any]:
+    def end_call(self, rest: str) -> list[Any]:
         """The deltas of the open call, ended after `rest`."""
         ...
 
 
 @dataclass
 class GrammarClosing:
-    """One engine pass's custom calls under a grammar: the open call's closing, once the tokens left (of `budget`)
-    come near what its completion needs."""
+    """One engine pass's calls under a grammar: the open call's closing, once the tokens left (of `budget`) come near
+    what its completion needs."""
 
-    grammars: Mapping[str, str]  # custom tools' names -> their input's grammar (xgrammar EBNF)
+    grammars: Mapping[str, Callable[[], str]]  # tools' names -> the grammar of their arguments or input (xgrammar
+    # EBNF), made when first asked for
     budget: int  # the tokens this pass may generate
-    parser: CustomCallParser
+    parser: OpenCallParser
     _call: tuple[str, int] | None = None  # the call last asked about: its tool and its input's length then
     _needs: int | None = None  # the bytes its completion took then (at least, when `_beyond`)
     _beyond: bool = False  # then no completion fitted what was left
@@ -117,9 +129,9 @@ class GrammarClosing:
         left = self.budget - output_tokens
         if left > CLOSING_WINDOW:
             return False
-        call = self.parser.open_custom_call()
+        call = self.parser.open_call()
         if call is None or call[0] not in self.grammars:
-            return False  # (a custom tool with no grammar is never closed: not worth asking the search)
+            return False  # (a tool with no grammar is never closed: not worth asking the search)
         if self._call is None or self._call[0] != call[0] or len(call[1]) < self._call[1]:
             self._needs, self._beyond, self._hopeless = None, False, False  # another call than the one last asked
             return True
@@ -133,24 +145,24 @@ class GrammarClosing:
         """The deltas that end the open call with its shortest completion, when it must be written now (it fits
         what is left, by at most a step); None: not yet, or never (then the budget cuts the call). CPU work:
         the run calls it off the event loop."""
-        call = self.parser.open_custom_call()
+        call = self.parser.open_call()
         if call is None or call[0] not in self.grammars:
             return None
         name, text = call
         self._call = (name, len(text))
         left = self.budget - output_tokens
-        completion, longer = _search(self.grammars[name], text, most=left)
+        completion, longer = _search(self.grammars[name](), text, most=left)
         if completion is None:
             self._needs, self._beyond, self._hopeless = left + 1, True, not longer
             return None
         self._needs, self._beyond = len(completion.encode()), False
         if left - self._needs > self._step:
             return None  # room for the model's own words yet
-        return self.parser.end_custom_call(completion)
+        return self.parser.end_call(completion)
 
 
-def grammar_closing(custom: Mapping[str, str | None], budget: int,
-                    parser: CustomCallParser) -> GrammarClosing | None:
-    """The closing of the custom calls that have a grammar (None: no such tool may be called)."""
-    grammars = {name: grammar for name, grammar in custom.items() if grammar is not None}
+def grammar_closing(tools: Mapping[str, Callable[[], str] | None], budget: int,
+                    parser: OpenCallParser) -> GrammarClosing | None:
+    """The closing of the calls whose tool has a grammar (None: no such tool may be called)."""
+    grammars = {name: grammar for name, grammar in tools.items() if grammar is not None}
     return GrammarClosing(grammars, budget, parser) if grammars else None

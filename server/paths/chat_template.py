@@ -17,7 +17,7 @@ from parsers.registry import (
     make_chat_parser,
 )
 from server.model_settings import ModelSettings
-from server.constraints.chat import CALL_SYNTAX, chat_structural_tag, custom_arguments_grammar, thinking_shares
+from server.constraints.chat import CALL_SYNTAX, call_grammars, chat_structural_tag, thinking_shares
 from server.constraints.closing import GrammarClosing, grammar_closing
 from server.constraints.rules import OutputRules
 from server.errors import RequestError
@@ -60,14 +60,12 @@ class ChatTemplatePath:
         return thinking_shares(rules.answer_budget)[0]
 
     def grammar_closing(self, rules: OutputRules, budget: int, parser: OutputParser) -> GrammarClosing | None:
-        """A custom call's closing is its escaped input's completion, then the call's end, read by the tool parser
-        as if the model wrote it (a JSON call syntax only: hermes, llama3_json)."""
+        """A call's closing is its arguments' completion (a custom call's escaped input's), then the call's end,
+        read by the tool parser as if the model wrote it (a JSON call syntax only: hermes, llama3_json)."""
         syntax = CALL_SYNTAX.get(self._config.tool_call_parser or DEFAULT_TOOL_CALL_PARSER)
         if rules.calls is None or syntax is None or syntax.style != "json" or not isinstance(parser, ChatParser):
             return None
-        custom = {name: None if ebnf is None else custom_arguments_grammar(ebnf, syntax.end)
-                  for name, ebnf in rules.calls.custom.items()}
-        return grammar_closing(custom, budget, parser)
+        return grammar_closing(call_grammars(rules.calls, syntax.end), budget, parser)
 
     def new_parser(self, rendered: RenderedPrompt) -> OutputParser:
         return make_chat_parser(self._config.reasoning_parser, self._tool_parsers, rendered.text, rendered.tools)

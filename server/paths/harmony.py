@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import datetime
-from functools import lru_cache
-from typing import Any
+from functools import lru_cache, partial
+from typing import Any, Callable
 
 from parsers.base import OutputParser
 from parsers.harmony import BUILTIN_KINDS, FUNCTIONS_PREFIX, HOSTED_KINDS, HarmonyParser, HarmonyTokens, recipient
 from parsers.tools import ToolTable
 from server.model_settings import ModelSettings
-from server.constraints.closing import GrammarClosing, grammar_closing
+from server.constraints.closing import GrammarClosing, arguments_grammar, grammar_closing
 from server.constraints.harmony import harmony_structural_tag
 from server.constraints.rules import OutputRules
 from server.errors import RequestError
@@ -82,8 +82,15 @@ class HarmonyPath:
         return HarmonyParser(self._encoding, tools=rendered.tools)
 
     def grammar_closing(self, rules: OutputRules, budget: int, parser: OutputParser) -> GrammarClosing | None:
+        """A call's closing is its arguments' completion (a custom call's input's), then the message's end."""
         assert isinstance(parser, HarmonyParser)
-        return grammar_closing(rules.calls.custom, budget, parser) if rules.calls is not None else None
+        if rules.calls is None:
+            return None
+        grammars: dict[str, Callable[[], str] | None] = {name: partial(arguments_grammar, schema)
+                                                         for name, schema in rules.calls.schemas.items()}
+        for name, ebnf in rules.calls.custom.items():
+            grammars[name] = None if ebnf is None else partial(str, ebnf)
+        return grammar_closing(grammars, budget, parser)
 
     def new_decoder(self) -> None:
         return None  # the harmony parser decodes its own content

@@ -23,7 +23,7 @@ DESCRIPTION = ("Searches the user's uploaded files for passages relevant to the 
                "you use one, cite it by its number in square brackets, as [1].")
 # Bounded (at most 3 queries of 64 characters), so that a call the model writes closes within a small budget.
 PARAMETERS = {"type": "object", "properties": {"queries": {
-    "type": "array", "items": {"type": "string", "maxLength": 64}, "minItems": 1, "maxItems": 3,
+    "type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 64}, "minItems": 1, "maxItems": 3,
     "description": "What to search for."}}, "required": ["queries"], "additionalProperties": False}
 
 

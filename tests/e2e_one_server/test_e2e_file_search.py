@@ -83,3 +83,24 @@ def test_the_agents_sdk_file_search_tool_runs_on_the_server(server: RunningServe
     result = asyncio.run(run())
     calls = [item.raw_item for item in result.new_items if getattr(item.raw_item, "type", None) == "file_search_call"]
     assert calls and calls[0].status == "completed" and calls[0].results, result.new_items
+
+
+def test_a_forced_search_closes_and_runs_within_a_small_budget(server: RunningServer, store: str) -> None:
+    """A forced file_search under `max_output_tokens: 64` was cut mid-query at temperature 1.0 (one seed in three):
+    the call incomplete, never run. Its arguments now close by the schema before the budget ends, and it runs. From
+    48 tokens: SmolLM2 writes the call's head (`<tool_call>`, name) in 15 tokens, and the shortest arguments and
+    end in bytes (`{"queries":["a"]}}` and `</tool_call>`) take 31 more; below that, no call fits."""
+    cases = [(budget, seed) for budget in (48, 64) for seed in (1, 2, 3)]
+
+    async def run() -> list[Any]:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=600)
+        return await asyncio.gather(*(client.responses.create(
+            model=MODEL, input="Search the files for bread recipes and summarize what you find in detail.",
+            tools=[_tool(store)], tool_choice={"type": "file_search"}, include=["file_search_call.results"],
+            max_output_tokens=budget, temperature=1.0, extra_body={"seed": seed}) for budget, seed in cases))
+
+    for (budget, seed), response in zip(cases, asyncio.run(run())):
+        call = response.output[0]
+        assert call.type == "file_search_call" and call.status == "completed", (budget, seed, response.output)
+        assert call.queries and call.results is not None, (budget, seed, call)
+        assert response.usage is not None and response.usage.output_tokens <= budget
