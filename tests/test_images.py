@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
+from openai import OpenAI
 from PIL import Image
 
 from server.config import ServerConfig
@@ -167,9 +168,38 @@ def test_an_image_stored_with_a_response_goes_to_the_engine_again_in_the_next_tu
     again = vision.post(previous_response_id=first["id"], input="And now?")
     assert again.status_code == 200, again.text
     assert [image.size for image in vision.engine.requests[-1].images] == [(6, 6)]
-    items = httpx.get(f"{vision.base_url}/responses/{first['id']}/input_items", timeout=30).json()["data"]
+    items = httpx.get(f"{vision.base_url}/responses/{first['id']}/input_items", timeout=30,
+                      params={"include": IMAGE_URLS}).json()["data"]
     assert items[0]["content"][0]["image_url"] == image_url(6, 6)  # kept as sent, not re-encoded
     assert items[0]["content"][0]["detail"] == "auto"  # listed with its default, as the SDK's type requires one
+
+
+IMAGE_URLS = "message.input_image.image_url"
+
+
+def test_read_routes_show_an_input_images_url_only_when_included(vision: Vision) -> None:
+    """As OpenAI's: an input image's URL (here a data URL of the whole image) is listed only under `include`; the
+    SDK's readers pass it as a query parameter. An unknown include value is a 400 naming it."""
+    client = OpenAI(base_url=vision.base_url, api_key="unused", max_retries=0)
+    conversation = client.conversations.create(items=[_user({"type": "input_image", "image_url": image_url(5, 5)})])
+    first = vision.post(input=[_user({"type": "input_image", "image_url": image_url(6, 6)})],
+                        conversation=conversation.id).json()
+    readers = {"input items": lambda **kw: client.responses.input_items.list(first["id"], **kw).data,
+               "conversation items": lambda **kw: client.conversations.items.list(conversation.id, **kw).data}
+    for name, read in readers.items():
+        images = [part for item in read() if item.type == "message" for part in item.content
+                  if part.type == "input_image"]
+        assert images and all(part.image_url is None for part in images), (name, images)
+        included = [part for item in read(include=[IMAGE_URLS]) if item.type == "message" for part in item.content
+                    if part.type == "input_image"]
+        assert included and all(part.image_url.startswith("data:image/png") for part in included), name
+    item_id = client.conversations.items.list(conversation.id, order="asc").data[0].id
+    item = client.conversations.items.retrieve(item_id, conversation_id=conversation.id)
+    assert item.content[0].image_url is None  # type: ignore[union-attr]
+    item = client.conversations.items.retrieve(item_id, conversation_id=conversation.id, include=[IMAGE_URLS])
+    assert item.content[0].image_url == image_url(5, 5)  # type: ignore[union-attr]
+    bad = httpx.get(f"{vision.base_url}/responses/{first['id']}/input_items", params={"include": "nonsense"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "include", bad.text
 
 
 def test_an_image_cut_short_is_decoded_as_far_as_it_goes(vision: Vision) -> None:
@@ -246,7 +276,7 @@ def test_an_image_in_a_conversation_goes_to_the_engine_in_later_turns(vision: Vi
     later = vision.post(conversation=conversation, input="And what colour was it?")
     assert later.status_code == 200, later.text
     assert [image.size for image in vision.engine.requests[-1].images] == [(4, 9)]
-    items = httpx.get(f"{vision.base_url}/conversations/{conversation}/items?order=asc", timeout=30).json()["data"]
+    items = httpx.get(f"{vision.base_url}/conversations/{conversation}/items?order=asc&include={IMAGE_URLS}", timeout=30).json()["data"]
     assert items[0]["content"][0]["image_url"] == image_url(4, 9)  # stored as sent
 
 

@@ -10,9 +10,10 @@ from server.history.conversation import stored_items, validated_items
 from server.http.bodies import json_object
 from server.http.context import required_store, serving_context
 from server.http.errors import APIError
-from server.http.stored_routes import PageQuery, list_page
+from server.http.stored_routes import PageQuery, list_page, read_includes
 from server.responses.records import StoredConversation
 from server.responses.project_store import ProjectStore
+from server.responses.read_includes import shown_item, shown_items
 from streaming.ids import CONVERSATION
 
 router = APIRouter()
@@ -54,11 +55,12 @@ async def delete_conversation(request: Request, conversation_id: str) -> dict[st
 
 
 @router.get("/v1/conversations/{conversation_id}/items")
-async def list_items(request: Request, conversation_id: str,
-                     page: Annotated[PageQuery, Depends()]) -> dict[str, Any]:
+async def list_items(request: Request, conversation_id: str, page: Annotated[PageQuery, Depends()],
+                     include: Annotated[frozenset[str], Depends(read_includes)]) -> dict[str, Any]:
     store = required_store(request)
     await _existing(store, conversation_id)
-    return list_page(*await store.conversation_items(conversation_id, page.after, page.limit, page.order))
+    items, has_more = await store.conversation_items(conversation_id, page.after, page.limit, page.order)
+    return list_page(shown_items(items, include), has_more)
 
 
 @router.post("/v1/conversations/{conversation_id}/items")
@@ -74,13 +76,14 @@ async def add_items(request: Request, conversation_id: str) -> dict[str, Any]:
 
 
 @router.get("/v1/conversations/{conversation_id}/items/{item_id}")
-async def retrieve_item(request: Request, conversation_id: str, item_id: str) -> dict[str, Any]:
+async def retrieve_item(request: Request, conversation_id: str, item_id: str,
+                        include: Annotated[frozenset[str], Depends(read_includes)]) -> dict[str, Any]:
     store = required_store(request)
     await _existing(store, conversation_id)
     item = await store.conversation_item(conversation_id, item_id)
     if item is None:
         raise APIError(f"Item with id '{item_id}' not found.", status=404, param="item_id")
-    return item
+    return shown_item(item, include)
 
 
 @router.delete("/v1/conversations/{conversation_id}/items/{item_id}")

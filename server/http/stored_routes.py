@@ -14,6 +14,8 @@ from server.http.event_stream import event_stream
 from server.runs.other_replicas import cancel_stored, follow_stored
 from server.responses.records import RUNNING, ResponseFilter, StoredResponse
 from server.responses.project_store import ProjectStore
+from server.responses.read_includes import shown_items
+from server.requests import KNOWN_INCLUDES
 from streaming.sse import stored_frames
 
 router = APIRouter()
@@ -30,8 +32,11 @@ async def _stored(store: ProjectStore, response_id: str) -> StoredResponse:
 
 
 @router.get("/v1/responses/{response_id}")
-async def retrieve_response(request: Request, response_id: str, stream: bool = False,
+async def retrieve_response(request: Request, response_id: str,
+                            include: Annotated[frozenset[str], Depends(read_includes)], stream: bool = False,
                             starting_after: int = Query(default=-1, ge=-1, le=MAX_SEQUENCE_NUMBER)) -> Any:
+    """The response as stored (or live); `include` is checked, and shapes the input items a reusable prompt's
+    `instructions` holds."""
     store, context = required_store(request), serving_context(request)
     live = context.background.get(response_id, store.project)
     if live is not None:  # still generating in the background: its live state
@@ -40,6 +45,9 @@ async def retrieve_response(request: Request, response_id: str, stream: bool = F
         return _json(live.response())
     record = await _stored(store, response_id)
     if not stream:
+        instructions = record.response.get("instructions")
+        if isinstance(instructions, list):
+            return {**record.response, "instructions": shown_items(instructions, include)}
         return record.response
     if record.background and record.status in RUNNING:  # generating on another replica: follow its event log
         events = follow_stored(store, response_id, starting_after, outage_seconds=context.background.lease_seconds)
@@ -65,6 +73,16 @@ async def cancel_response(request: Request, response_id: str) -> Any:
     if not record.background:
         raise APIError("Only background responses can be cancelled.", param="response_id")
     return (await cancel_stored(store, record)).response  # running on another replica, or already finished
+
+
+def read_includes(request: Request) -> frozenset[str]:
+    """A read route's `include` (repeated, or as the openai SDK sends a list: `include[]`); an unknown value is a
+    400 naming it."""
+    include = frozenset(request.query_params.getlist("include") + request.query_params.getlist("include[]"))
+    for value in sorted(include - KNOWN_INCLUDES):
+        raise APIError(f"Unknown include value {value!r}; known: {', '.join(sorted(KNOWN_INCLUDES))}.",
+                       param="include")
+    return include
 
 
 def _json(response: Any) -> Any:
@@ -103,11 +121,12 @@ async def list_responses(request: Request, page: Annotated[PageQuery, Depends()]
 
 
 @router.get("/v1/responses/{response_id}/input_items")
-async def list_input_items(request: Request, response_id: str,
-                           page: Annotated[PageQuery, Depends()]) -> dict[str, Any]:
+async def list_input_items(request: Request, response_id: str, page: Annotated[PageQuery, Depends()],
+                           include: Annotated[frozenset[str], Depends(read_includes)]) -> dict[str, Any]:
     store = required_store(request)
     await _stored(store, response_id)
-    return list_page(*await store.input_items(response_id, page.after, page.limit, page.order))
+    items, has_more = await store.input_items(response_id, page.after, page.limit, page.order)
+    return list_page(shown_items(items, include), has_more)
 
 
 @router.get("/v1/responses/{response_id}/timeline")
