@@ -11,7 +11,7 @@ NAMESPACE_SEPARATOR = "__"
 # tool the client runs with an item type of its own (`shell`, `apply_patch`), or of gpt-oss's built-in tools, which the
 # server runs (`web_search`: the browser's search, open and find; `code_interpreter`: python).
 CallKind = Literal["function", "custom", "mcp", "mcp_approval", "shell", "local_shell", "apply_patch", "web_search",
-                   "code_interpreter", "file_search"]
+                   "code_interpreter", "file_search", "tool_search", "client_tool_search"]
 # A custom (freeform) tool is offered to chat-template models as a function of one string argument.
 CUSTOM_TOOL_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
 

@@ -101,7 +101,8 @@ _CALL_ITEMS: dict[str, ItemKind] = {"function": "function_call", "custom": "cust
                                     "mcp_approval": "mcp_approval_request", "shell": "shell_call",
                                     "local_shell": "local_shell_call",
                                     "apply_patch": "apply_patch_call", "web_search": "web_search_call",
-                                    "code_interpreter": "code_interpreter_call", "file_search": "file_search_call"}
+                                    "code_interpreter": "code_interpreter_call", "file_search": "file_search_call",
+                                    "tool_search": "tool_search_call", "client_tool_search": "client_tool_search_call"}
 _FAILURE_MESSAGES = {"abort": "generation was aborted", "error": "generation failed",
                      "cancelled": "the response was cancelled"}
 
@@ -223,7 +224,17 @@ class ResponseBuilder:
             for number, source in enumerate(result.citable, result.first_citation):
                 self._state.citable[number] = source
         status: ItemStatus = "completed"
-        return self._writers[item.kind].resulting(item, self._emit) + self._item_done(item, status)
+        writer = self._writers[item.kind]
+        events = writer.resulting(item, self._emit) + self._item_done(item, status)
+        following = writer.following(item, lambda kind: self._ids(ITEM_PREFIXES[kind]))
+        if following is not None:  # made whole by the server: added and done at once
+            index = len(self._state.items)
+            self._state.items.append(following)
+            events += [self._emit(ResponseOutputItemAddedEvent, type="response.output_item.added", output_index=index,
+                                  item=following.model_copy(update={"status": "in_progress"})),
+                       self._emit(ResponseOutputItemDoneEvent, type="response.output_item.done", output_index=index,
+                                  item=following)]
+        return events
 
     @property
     def called_tools(self) -> bool:

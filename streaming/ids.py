@@ -18,6 +18,7 @@ ITEM_PREFIXES = {
     "mcp_call": "mcp", "mcp_list_tools": "mcpl", "mcp_approval_request": "mcpr", "mcp_approval_response": "mcpa",
     "shell_call": "sh", "shell_call_output": "sho", "apply_patch_call": "apc", "apply_patch_call_output": "apco",
     "web_search_call": "ws", "code_interpreter_call": "ci", "file_search_call": "fs",
+    "client_tool_search_call": "tsc",  # (the builder's kind of a tool_search_call the client runs)
     # Codex's items (input only), with codex-rs's prefixes where it has them
     "local_shell_call": "lsh", "local_shell_call_output": "lsho", "tool_search_call": "tsc", "tool_search_output": "tso",
     "image_generation_call": "ig", "agent_message": "amsg", "context_compaction": "cmp", "compaction_trigger": "cmpt",

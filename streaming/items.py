@@ -14,7 +14,7 @@ from streaming.outcome import Finished
 
 ItemKind = Literal["message", "reasoning", "function_call", "custom_tool_call", "mcp_call", "mcp_approval_request",
                    "mcp_list_tools", "shell_call", "local_shell_call", "apply_patch_call", "web_search_call",
-                   "code_interpreter_call", "file_search_call"]
+                   "code_interpreter_call", "file_search_call", "tool_search_call", "client_tool_search_call"]
 PartKind = Literal["output_text", "refusal", "reasoning_text", "summary_text"]
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 Phase = Literal["commentary", "final_answer"]  # a preamble before more output, or the answer

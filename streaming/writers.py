@@ -4,6 +4,7 @@ and asks the open item's writer for what differs between kinds."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable
 
 from openai.types.responses import (
@@ -44,6 +45,8 @@ from openai.types.responses import (
     ResponseShellCallCommandDeltaEvent,
     ResponseShellCallCommandDoneEvent,
     ResponseStreamEvent,
+    ResponseToolSearchCall,
+    ResponseToolSearchOutputItem,
 )
 from openai.types.responses.response_output_item import (LocalShellCall, McpApprovalRequest, McpCall, McpListTools,
                                                          McpListToolsTool)
@@ -81,6 +84,11 @@ class ItemWriter:
     def resulting(self, item: ItemRecord, emit: Emit) -> list[ResponseStreamEvent]:
         """The events of a hosted item's result (`item.result`), before its `output_item.done`."""
         return []
+
+    def following(self, item: ItemRecord, new_id: Callable[[str], str]) -> ResponseOutputItem | None:
+        """An item of its own that a hosted item's result makes, whole, after it (its id from `new_id`, given its
+        type); None: none."""
+        return None
 
 
 class MessageWriter(ItemWriter):
@@ -370,6 +378,36 @@ class FileSearchWriter(ItemWriter):
                      item_id=item.id, output_index=item.output_index)]
 
 
+class ToolSearchWriter(ItemWriter):
+    """A tool search, its call (`tool_search_call`, its arguments an object) run by the server, which then adds
+    what it found (`tool_search_output`); or run by the client (`by_client`), which owes its output."""
+
+    takes_input = True
+
+    def __init__(self, by_client: bool = False) -> None:
+        self.by_client = by_client
+        self.calls_tool = by_client
+        self.awaits_result = not by_client
+
+    def model(self, item: ItemRecord, status: ItemStatus) -> ResponseOutputItem:
+        text = "".join(item.arguments)
+        try:
+            arguments: Any = json.loads(text) if text else {}
+        except ValueError:
+            arguments = text
+        return ResponseToolSearchCall(type="tool_search_call", id=item.id, call_id=item.call_id, arguments=arguments,
+                                      execution="client" if self.by_client else "server", status=status)
+
+    def input_delta(self, item: ItemRecord, text: str, emit: Emit) -> list[ResponseStreamEvent]:
+        return []
+
+    def following(self, item: ItemRecord, new_id: Callable[[str], str]) -> ResponseOutputItem | None:
+        found = item.result.data if isinstance(item.result, ToolResult) else None
+        return ResponseToolSearchOutputItem.model_validate({
+            "type": "tool_search_output", "id": new_id("tool_search_output"), "call_id": item.call_id, "execution": "server",
+            "status": "completed", "tools": found or []})
+
+
 def item_writers(seal_reasoning: Callable[[str], str] | None = None) -> dict[ItemKind, ItemWriter]:
     """The writer of each kind the builder streams (a reasoning item sealed with `seal_reasoning`, when given)."""
     return {"message": MessageWriter(), "reasoning": ReasoningWriter(seal_reasoning),
@@ -383,4 +421,5 @@ def item_writers(seal_reasoning: Callable[[str], str] | None = None) -> dict[Ite
             "mcp_list_tools": McpListToolsWriter(), "shell_call": ShellCallWriter(),
             "local_shell_call": LocalShellCallWriter(),
             "apply_patch_call": ApplyPatchCallWriter(), "web_search_call": WebSearchWriter(),
-            "code_interpreter_call": CodeInterpreterWriter(), "file_search_call": FileSearchWriter()}
+            "code_interpreter_call": CodeInterpreterWriter(), "file_search_call": FileSearchWriter(),
+            "tool_search_call": ToolSearchWriter(), "client_tool_search_call": ToolSearchWriter(by_client=True)}

@@ -72,4 +72,4 @@ def test_the_hosted_tools_are_those_the_operator_set_up(tokenizer: Any) -> None:
         tools = httpx.get(f"{url}/hosted_tools").json()["data"]
     assert tools == [{"type": "mcp", "server_label": "calc", "require_approval": "always"},
                      {"type": "mcp", "server_label": "zeta", "require_approval": "always"},
-                     {"type": "code_interpreter", "container": {"type": "auto"}}]
+                     {"type": "code_interpreter", "container": {"type": "auto"}}, {"type": "tool_search"}]

@@ -484,3 +484,21 @@ def test_allowed_tools_read_only_shows_the_model_only_the_tools_annotated_read_o
     assert "calc__add" in prompt and "calc__explode" not in prompt
     refused = served.post(input="Sum?", tools=[mcp_tool(allowed_tools={"read_only": "yes"})])
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "tools[0].allowed_tools.read_only"
+
+
+def test_an_mcp_servers_deferred_tools_are_searched_then_called(served: Harness, tokenizer: Any) -> None:
+    """`defer_loading` on an MCP tool: its tools are listed (the listing item as before) but not offered until a
+    tool search finds them; the search's output names the server and the tools it loaded."""
+    served.play(script(tokenizer, call_text("tool_search", {"query": "add two integers"})),
+                script(tokenizer, call_text("calc__add", {"a": 2, "b": 3})), script(tokenizer, "5"))
+    before = len(served.engine.requests)
+    final = validate_events(served.raw_stream(input="2+3?", tools=[mcp_tool(defer_loading=True),
+                                                                   {"type": "tool_search"}]))
+    assert [item.type for item in final.output] == ["mcp_list_tools", "tool_search_call", "tool_search_output",
+                                                    "mcp_call", "message"], final.output
+    found = final.output[2].tools  # type: ignore[union-attr]
+    assert [(tool.type, tool.server_label, tool.allowed_tools) for tool in found] == [("mcp", "calc", ["add"])]
+    assert final.output[3].output == "5"  # type: ignore[union-attr]
+    first, second = prompt_text(served, tokenizer, before), prompt_text(served, tokenizer, before + 1)
+    assert "calc" in first and "Add two integers" not in first, "a server is offered by its name alone"
+    assert "Add two integers" in second

@@ -14,10 +14,10 @@ from server.errors import RequestError
 from server.requests import ResponsesRequest
 
 # Tool choices naming a tool the server does not run (OpenAI's hosted tools).
-_HOSTED_TOOL_CHOICES = frozenset({"computer_use_preview", "computer", "image_generation", "tool_search"})
+_HOSTED_TOOL_CHOICES = frozenset({"computer_use_preview", "computer", "image_generation"})
 # Tool choices naming a tool by its type -> the kind of the calls it makes.
 _TOOL_KIND_CHOICES = {"shell": "shell", "local_shell": "local_shell", "apply_patch": "apply_patch", "code_interpreter": "code_interpreter",
-                      "file_search": "file_search",
+                      "file_search": "file_search", "tool_search": "tool_search",
                       **{kind: "web_search" for kind in ("web_search", "web_search_preview",
                                                          "web_search_preview_2025_03_11", "web_search_2025_08_26")}}
 
@@ -123,7 +123,8 @@ def _call_rules(request: ResponsesRequest, table: ToolTable | None,
     if kind == "mcp":
         return _mcp_choice(tools, choice, definitions)
     if kind in _TOOL_KIND_CHOICES:  # a call of that tool (of the browser: any of search, open, find)
-        chosen = tuple(tool for tool in tools if tool.kind == _TOOL_KIND_CHOICES[kind])
+        kinds = ("tool_search", "client_tool_search") if kind == "tool_search" else (_TOOL_KIND_CHOICES[kind],)
+        chosen = tuple(tool for tool in tools if tool.kind in kinds)
         if not chosen:
             raise RequestError(f"tool_choice {kind!r} needs a {kind!r} tool in `tools`.", param="tool_choice")
         return _rules(chosen, definitions, required=True, restricted=len(chosen) < len(tools))

@@ -15,7 +15,7 @@ router = APIRouter()
 @router.get("/v1/hosted_tools")
 async def hosted_tools(request: Request) -> dict[str, Any]:
     """Each as a request's `tools` entry: the MCP servers the operator registered (by label), the built-ins whose
-    tool server is set, and `file_search` where vector stores are on. A server extension: OpenAI has no such list."""
+    tool server is set, `file_search` where vector stores are on, and `tool_search`. A server extension: OpenAI has no such list."""
     context = serving_context(request)
     mcp = context.config.mcp
     return {"object": "list", "data": runnable_tools(mcp.servers, mcp.tool_servers, context.retrieval is not None)}

@@ -27,6 +27,9 @@ def tool_table(request: ResponsesRequest) -> ToolTable | None:
         elif kind in ("shell", "local_shell", "apply_patch", "code_interpreter", "file_search") and tool.get("name"):  # named by
             # server/tools
             specs.append(ToolSpec(tool["name"], kind=kind, parameter_types=_parameter_types(tool)))
+        elif kind == "tool_search" and tool.get("name"):  # offered by server/tools/tool_search.py
+            specs.append(ToolSpec(tool["name"], kind="client_tool_search" if tool.get("execution") == "client"
+                                  else "tool_search"))
         elif kind == "namespace" and tool.get("name"):  # Codex's groups, and the tools of an MCP server
             specs += [ToolSpec(t["name"], kind=_MEMBER_KINDS[t["type"]], namespace=tool["name"],
                                parameter_types=_parameter_types(t))

@@ -31,7 +31,7 @@ T = TypeVar("T")
 
 
 # Calls the server answers (or asks approval for) before the model goes on.
-HOSTED_CALLS = ("mcp", "mcp_approval", "web_search", "code_interpreter", "file_search")
+HOSTED_CALLS = ("mcp", "mcp_approval", "web_search", "code_interpreter", "file_search", "tool_search")
 
 
 class NotTaken(EngineUnavailable):

@@ -415,7 +415,7 @@ class HostedLoop:
         if cap is not None and output_tokens >= cap:
             return None
         self.passes += 1
-        made = sum(1 for item in output if item.type in ("mcp_call", "file_search_call"))
+        made = sum(1 for item in output if item.type in ("mcp_call", "file_search_call", "tool_search_call"))
         left = None if self.body.max_tool_calls is None else self.body.max_tool_calls - made
         last = (left is not None and left <= 0) or self.passes >= MAX_HOSTED_PASSES
         items = self.conversation.input_items() + validated_items(

@@ -46,7 +46,8 @@ def shown_builtin(tool: dict[str, Any]) -> dict[str, Any]:
 def runnable_tools(servers: Mapping[str, str], tool_servers: Mapping[str, str],
                    vector_stores: bool) -> list[dict[str, Any]]:
     """The hosted tools a request may name on this server as they are, each as a request's `tools` entry: the MCP
-    servers registered by label, the built-ins whose tool server is set, and `file_search` (its stores to fill in)."""
+    servers registered by label, the built-ins whose tool server is set, `file_search` (its stores to fill in) and
+    `tool_search`."""
     tools: list[dict[str, Any]] = [{"type": "mcp", "server_label": label, "require_approval": "always"}
                                    for label in sorted(servers)]
     if BROWSER in tool_servers:
@@ -55,4 +56,4 @@ def runnable_tools(servers: Mapping[str, str], tool_servers: Mapping[str, str],
         tools.append({"type": "code_interpreter", "container": {"type": "auto"}})
     if vector_stores:
         tools.append({"type": "file_search", "vector_store_ids": []})
-    return tools
+    return [*tools, {"type": "tool_search"}]  # over a request's deferred tools: always run

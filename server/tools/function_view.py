@@ -28,6 +28,7 @@ from server.requests import (
 )
 from server.tools.builtins import BROWSER, FILE_SEARCH, PYTHON
 from server.tools.client_tools import shell_output_text
+from server.tools.tool_search import loaded_text
 from streaming.items import ToolResult
 
 NOT_APPROVED = "The user did not approve this call: it was not run."
@@ -74,7 +75,7 @@ def function_items(items: list[Any], results: Mapping[str, str] = MappingProxyTy
             search = item.call_id or item.id or f"tsc_input_{index}"
             out.append(_call(search, "tool_search", json.dumps(item.arguments)))
         elif isinstance(item, ToolSearchOutputItem):
-            out.append(_output(item.call_id or search, json.dumps(_tools_found(item.tools))))
+            out.append(_output(item.call_id or search, loaded_text(item.tools)))
         elif isinstance(item, ApplyPatchCallItem):
             out.append(_call(item.call_id, "apply_patch", json.dumps(item.operation)))
         elif isinstance(item, ApplyPatchCallOutputItem):
@@ -93,17 +94,6 @@ def function_items(items: list[Any], results: Mapping[str, str] = MappingProxyTy
 
 def _call_and_output(call_id: str, label: str, name: str, arguments: str, output: str) -> list[Any]:
     return [_call(call_id, name, arguments, label or None), _output(call_id, output)]
-
-
-def _tools_found(tools: list[Any]) -> list[dict[str, Any]]:
-    """What the model reads of the tools a search found: each one's name and description (namespaces' members too);
-    their schemas are the client's to offer in `tools` if it wants them called."""
-    found: list[dict[str, Any]] = []
-    for tool in tools:
-        if isinstance(tool, dict):
-            found.append({key: tool[key] for key in ("name", "description") if isinstance(tool.get(key), str)})
-            found += _tools_found(tool.get("tools") or [])
-    return found
 
 
 def _search_results(results: list[dict[str, Any]] | None) -> str:

@@ -19,6 +19,7 @@ from server.requests import (
     McpCallItem,
     McpListToolsItem,
     ResponsesRequest,
+    ToolSearchOutputItem,
 )
 from server.tools.builtins import FILE_SEARCH, PYTHON, builtin_server, shown_builtin
 from server.tools.file_search import FileSearch, shown_file_search
@@ -27,6 +28,7 @@ from server.tools.support import checked_tools
 from server.tools.function_view import function_items, result_text
 from server.tools.mcp_client import McpUnavailable, call_tool, list_tools
 from server.tools.mcp_servers import McpServer, McpSettings, mcp_servers
+from server.tools.tool_search import TOOL_SEARCH, ToolSearch
 from streaming.client_calls import python_code
 from streaming.items import ListedTools, ToolResult
 
@@ -44,11 +46,13 @@ class HostedTools:
     results: dict[str, str] = field(default_factory=dict)  # call item id -> what the model read of its result
     file_search: FileSearch | None = None  # the request's file_search tool, run on the project's vector stores
     not_offered: tuple[str, ...] = ()  # tool types the request sent that are accepted and not offered
+    tool_search: ToolSearch | None = None  # the request's tool_search tool, when it has tools to search
 
     @property
     def runs_tools(self) -> bool:
         """The server may run tools for this request: its responses go on after their calls."""
-        return bool(self.servers) or self.builtins or self.file_search is not None
+        return bool(self.servers) or self.builtins or self.file_search is not None or (
+            self.tool_search is not None and self.tool_search.runs_here)
 
     @property
     def unavailable(self) -> ListedTools | None:
@@ -60,7 +64,7 @@ class HostedTools:
         an MCP server's tool, of the browser's (`browser`, `search`), or python (no label, `python`). What the
         model reads of it is kept by the call's item id, for the passes after it."""
         kind = "mcp" if label in self.servers else FILE_SEARCH if not label and name == FILE_SEARCH \
-            else "code_interpreter" if not label else "web_search"
+            else TOOL_SEARCH if not label and name == TOOL_SEARCH else "code_interpreter" if not label else "web_search"
         with tracing.span(f"execute_tool {name}", attributes={
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.type": kind,
                 "gen_ai.tool.call.id": item_id, "responses_server.mcp.server_label": label or None}) as span:
@@ -69,6 +73,8 @@ class HostedTools:
                 result = await self._measured(self.servers[label], label, name, arguments)
             elif kind == FILE_SEARCH and self.file_search is not None:
                 result = await self.file_search.call(arguments)
+            elif kind == TOOL_SEARCH and self.tool_search is not None:
+                result = self.tool_search.call(arguments)
             else:  # a built-in tool, on the operator's tool server
                 server = McpServer(label or name, self.settings.tool_servers[label or name])
                 if not label:
@@ -94,21 +100,25 @@ class HostedTools:
     def view(self, conversation: ResponsesRequest) -> ResponsesRequest:
         """The conversation as a model path renders it: each MCP tool a namespace of the tools its server offers,
         each MCP call a function call and its output (server/tools/function_view.py); `shell` and `apply_patch`
-        tools as functions of their own schema."""
+        tools as functions of their own schema; deferred tools left to the tool search (server/tools/tool_search.py)
+        until one loads them."""
         tools = [self._namespace(tool) if tool.get("type") == "mcp" else shown(tool) if tool.get("type") in CLIENT_TOOLS
                  else shown_builtin(tool) if builtin_server(tool) in self.settings.tool_servers
                  else shown_file_search() if tool.get("type") == FILE_SEARCH else tool
                  for tool in conversation.tools
                  if (tool.get("type") != "mcp" or tool.get("server_label") in self.servers)  # unlisted: not offered
                  and (tool.get("type") != FILE_SEARCH or self.file_search is not None)]
+        if self.tool_search is not None:
+            tools = self.tool_search.offered(tools, conversation.input_items())
         items = function_items(conversation.input_items(), self.results)
         return conversation.model_copy(update={"tools": tools, "input": items})
 
     def _namespace(self, tool: dict[str, Any]) -> dict[str, Any]:
         server = self.servers[tool["server_label"]]
+        deferred = {"defer_loading": True} if tool.get("defer_loading") else {}
         members = [{"type": "mcp_approval" if server.needs_approval(listed["name"]) else "mcp",
                     "name": listed["name"], "description": listed.get("description") or "",
-                    "parameters": listed.get("input_schema") or {"type": "object", "properties": {}}}
+                    "parameters": listed.get("input_schema") or {"type": "object", "properties": {}}, **deferred}
                    for listed in self.offered.get(server.label, ())]
         return {"type": "namespace", "name": server.label, "description": tool.get("server_description") or "",
                 "tools": members}
@@ -121,8 +131,14 @@ async def hosted_tools(conversation: ResponsesRequest, body: ResponsesRequest, s
     not_offered = checked_tools(body.tools, settings.tool_servers)
     hosted = HostedTools(settings, {server.label: server for server in mcp_servers(body.tools, settings)},
                          file_search=file_search, not_offered=not_offered)
-    hosted.builtins = any(builtin_server(tool) in settings.tool_servers for tool in body.tools)
     items = conversation.input_items()
+    search = next((tool for tool in body.tools if tool.get("type") == TOOL_SEARCH), None)
+    searchable = search is not None and (search.get("execution") == "client" or _defers(body.tools))
+    if searchable or any(isinstance(item, ToolSearchOutputItem) for item in items):  # (what searches loaded)
+        hosted.tool_search = ToolSearch(search if searchable else None)
+    if search is not None and not searchable:  # nothing to search (Codex sends it with every request): said so
+        hosted.not_offered = (*not_offered, TOOL_SEARCH)
+    hosted.builtins = any(builtin_server(tool) in settings.tool_servers for tool in body.tools)
     earlier = {item.server_label: item for item in items if isinstance(item, McpListToolsItem) and item.error is None}
     to_list = [server for server in hosted.servers.values() if server.label not in earlier]
     listed = await asyncio.gather(*(_listing(server, settings) for server in to_list))
@@ -133,6 +149,13 @@ async def hosted_tools(conversation: ResponsesRequest, body: ResponsesRequest, s
         hosted.offered[server.label] = tuple(tool for tool in tools if server.shows(tool))
     hosted.approved = _approved(items, body, hosted.servers)
     return hosted
+
+
+def _defers(tools: list[dict[str, Any]]) -> bool:
+    """Whether any of the request's tools is deferred (a function, a namespace's member, an MCP server's tools)."""
+    return any(tool.get("defer_loading") is True or (tool.get("type") == "namespace" and any(
+        isinstance(member, dict) and member.get("defer_loading") is True for member in tool.get("tools") or []))
+        for tool in tools)
 
 
 async def _listing(server: McpServer, settings: McpSettings) -> ListedTools:
