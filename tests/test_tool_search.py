@@ -151,6 +151,8 @@ def test_the_search_ranks_by_name_and_description_and_selects_paths() -> None:
     assert [(tool["name"], [member["name"] for member in tool["tools"]]) for tool in refund] == \
         [("crm", ["refund_order"])]
     assert found_tools(catalog, {"query": "zebra"}) == []
+    nearest = found_tools(catalog, {"query": "x"}, similarity=[0.1, 0.5, 0.3])  # (weather, list, refund)
+    assert [member["name"] for member in nearest[0]["tools"]] == ["list_open_orders", "refund_order"]
 
 
 def test_a_search_over_the_websocket_loads_the_tool_for_the_next_turn(served: Harness, tokenizer: Any) -> None:

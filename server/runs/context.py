@@ -31,6 +31,7 @@ from server.history.sealing import Sealer
 from server.tenancy.authenticator import Authenticator, declared_keys
 from server.tenancy.limiter import Limiter
 from server.tenancy.usage import MemoryLedger
+from server.tools.tool_search import Embed
 from server.responses.project_store import ProjectStore
 from server.retrieval.project_files import ProjectFiles
 from server.saved_prompts.project_prompts import ProjectPrompts
@@ -105,6 +106,11 @@ class ServingContext:
     def project_files(self, project: str) -> ProjectFiles | None:
         """The uploaded files as `project` sees them: its own only (None: no store)."""
         return self.records.project_files(project) if self.records is not None else None
+
+    def tool_search_embedding(self) -> Embed | None:
+        """What embeds a tool search's query and tools: the retrieval's embedding model (None: no such model, and
+        tool search is lexical)."""
+        return self.retrieval.embeddings.query_vector if self.retrieval is not None else None
 
     def project_retrieval(self, project: str) -> ProjectRetrieval | None:
         """The vector stores as `project` sees them (None: no store, or no embedding model)."""

@@ -97,7 +97,8 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
         conversation, history_start = await conversation_of(context, body, project, earlier)
         conversation, body = await with_saved_prompt(conversation, body, context.project_prompts(project))
         tracing.set_attributes(history, {"responses_server.history.items": len(conversation.input_items())})
-    hosted = await hosted_tools(conversation, body, context.config.mcp, await _file_search(context, body, project))
+    hosted = await hosted_tools(conversation, body, context.config.mcp, await _file_search(context, body, project),
+                                context.tool_search_embedding())
     unavailable = hosted.unavailable
     if unavailable is not None and not (body.stream or body.background or earlier is not None):
         raise DependencyFailed(unavailable.error or "", param="tools")  # a stream says it with its events
@@ -191,7 +192,8 @@ async def input_token_count(context: ServingContext, body: ResponsesRequest, pro
     """The `usage.input_tokens` a response to `body` by `project` would report: its run is prepared, not started."""
     conversation, _ = await conversation_of(context, body, project)
     conversation, body = await with_saved_prompt(conversation, body, context.project_prompts(project))
-    hosted = await hosted_tools(conversation, body, context.config.mcp, await _file_search(context, body, project))
+    hosted = await hosted_tools(conversation, body, context.config.mcp, await _file_search(context, body, project),
+                                context.tool_search_embedding())
     if hosted.unavailable is not None:
         raise DependencyFailed(hosted.unavailable.error or "", param="tools")
     fetched = await images_fetched(context, conversation, body, project)

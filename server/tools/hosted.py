@@ -28,7 +28,7 @@ from server.tools.support import checked_tools
 from server.tools.function_view import function_items, result_text
 from server.tools.mcp_client import McpUnavailable, call_tool, list_tools
 from server.tools.mcp_servers import McpServer, McpSettings, mcp_servers
-from server.tools.tool_search import TOOL_SEARCH, ToolSearch
+from server.tools.tool_search import TOOL_SEARCH, Embed, ToolSearch
 from streaming.client_calls import python_code
 from streaming.items import ListedTools, ToolResult
 
@@ -74,7 +74,7 @@ class HostedTools:
             elif kind == FILE_SEARCH and self.file_search is not None:
                 result = await self.file_search.call(arguments)
             elif kind == TOOL_SEARCH and self.tool_search is not None:
-                result = self.tool_search.call(arguments)
+                result = await self.tool_search.call(arguments)
             else:  # a built-in tool, on the operator's tool server
                 server = McpServer(label or name, self.settings.tool_servers[label or name])
                 if not label:
@@ -125,9 +125,10 @@ class HostedTools:
 
 
 async def hosted_tools(conversation: ResponsesRequest, body: ResponsesRequest, settings: McpSettings,
-                       file_search: FileSearch | None = None) -> HostedTools:
+                       file_search: FileSearch | None = None, embed: Embed | None = None) -> HostedTools:
     """The request's hosted tools: servers checked (400s), listed where the history holds no listing of them; its
-    `file_search` tool (checked by server/tools/file_search.py)."""
+    `file_search` tool (checked by server/tools/file_search.py); its tool search (on the embedding model `embed`
+    when the server has one)."""
     not_offered = checked_tools(body.tools, settings.tool_servers)
     hosted = HostedTools(settings, {server.label: server for server in mcp_servers(body.tools, settings)},
                          file_search=file_search, not_offered=not_offered)
@@ -135,7 +136,7 @@ async def hosted_tools(conversation: ResponsesRequest, body: ResponsesRequest, s
     search = next((tool for tool in body.tools if tool.get("type") == TOOL_SEARCH), None)
     searchable = search is not None and (search.get("execution") == "client" or _defers(body.tools))
     if searchable or any(isinstance(item, ToolSearchOutputItem) for item in items):  # (what searches loaded)
-        hosted.tool_search = ToolSearch(search if searchable else None)
+        hosted.tool_search = ToolSearch(search if searchable else None, embed)
     if search is not None and not searchable:  # nothing to search (Codex sends it with every request): said so
         hosted.not_offered = (*not_offered, TOOL_SEARCH)
     hosted.builtins = any(builtin_server(tool) in settings.tool_servers for tool in body.tools)

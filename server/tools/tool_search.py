@@ -1,19 +1,28 @@
 """Deferred tools and tool search: tools marked `defer_loading` kept out of the prompt (the model is offered the
-search, with their names and descriptions, a namespace's own for its members), the server's search over them, and
-the tools that earlier searches loaded (a `tool_search_output` item's), offered whole from then on."""
+search, with their names and descriptions, a namespace's own for its members), the server's search over them (on the
+bundled embedding model where the server has it, else lexical; bench/tool_search.py measures both), and the tools
+that earlier searches loaded (a `tool_search_output` item's), offered whole from then on."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Awaitable, Callable, Iterable, Sequence
+
+import numpy as np
 
 from server.requests import ToolSearchOutputItem
 from streaming.items import ToolResult
 
+logger = logging.getLogger(__name__)
 TOOL_SEARCH = "tool_search"
-MOST_FOUND = 5  # tools one search loads at most
+MOST_FOUND = 3  # tools one search loads at most
+MIN_SIMILARITY = 0.2  # an embedding search's least cosine similarity of a tool to the query
+NAME_WORD_BONUS = 0.02  # an embedding search's bonus per point of the lexical score (a query naming the tool)
+Embed = Callable[[str], Awaitable[bytes]]  # a text's unit vector (float32 bytes) on the embedding model
 # What the model writes to search: words for what it needs (OpenAI's hosted search also takes `paths`, read here too).
 PARAMETERS = {"type": "object", "properties": {"query": {
     "type": "string", "minLength": 1, "maxLength": 200, "description": "Words for what the tools should do."}},
@@ -32,6 +41,7 @@ class ToolSearch:
     or none, when only the tools earlier searches loaded are offered."""
 
     entry: dict[str, Any] | None  # the request's tool_search tool
+    embed: Embed | None = None  # the embedding model's (None: the search is lexical)
     catalog: list[dict[str, Any]] = field(default_factory=list)  # as last offered: the deferred tools not loaded
 
     @property
@@ -59,7 +69,7 @@ class ToolSearch:
         return [*offered, {"type": TOOL_SEARCH, "name": TOOL_SEARCH, "description": catalog_text(self.catalog),
                            "parameters": PARAMETERS}]
 
-    def call(self, arguments: str) -> ToolResult:
+    async def call(self, arguments: str) -> ToolResult:
         """One search by the server: the tools found (the output item's `tools`, in `data`), and what the model
         reads of them."""
         try:
@@ -69,8 +79,25 @@ class ToolSearch:
         if not isinstance(asked, dict):
             return ToolResult(error={"type": "tool_execution_error", "message": "the search's arguments are not a "
                                                                                  "JSON object"}, data=[])
-        found = found_tools(self.catalog, asked)
+        query = str(asked.get("query") or "")
+        similarity = await self._similarity(query) if query and not asked.get("paths") else None
+        found = found_tools(self.catalog, asked, similarity)
         return ToolResult(output=loaded_text(found), data=found)
+
+    async def _similarity(self, query: str) -> list[float] | None:
+        """Each catalog member's cosine similarity to `query` on the embedding model (None: no model, or it
+        failed: the search is lexical). Members' vectors are kept: agents send the same tools every turn."""
+        if self.embed is None:
+            return None
+        texts = [member_text(namespace, tool, self.catalog) for namespace, tool in _members(self.catalog)]
+        try:
+            wanted, *vectors = await asyncio.gather(self.embed(query), *(_kept_vector(self.embed, text)
+                                                                          for text in texts))
+        except Exception:  # the embedding model did not start, or failed: the words still search
+            logger.warning("tool search: the embedding model failed; searching by words", exc_info=True)
+            return None
+        query_vector = np.frombuffer(wanted, dtype=np.float32)
+        return [float(np.dot(query_vector, np.frombuffer(vector, dtype=np.float32))) for vector in vectors]
 
 
 def split_deferred(tools: list[dict[str, Any]], loaded: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
@@ -146,10 +173,34 @@ def catalog_text(catalog: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def found_tools(catalog: list[dict[str, Any]], asked: dict[str, Any]) -> list[dict[str, Any]]:
+_VECTORS: dict[str, bytes] = {}  # a member's text -> its vector (kept up to MOST_KEPT, then started again)
+MOST_KEPT = 4096
+
+
+async def _kept_vector(embed: Embed, text: str) -> bytes:
+    vector = _VECTORS.get(text)
+    if vector is None:
+        vector = await embed(text)
+        if len(_VECTORS) >= MOST_KEPT:
+            _VECTORS.clear()
+        _VECTORS[text] = vector
+    return vector
+
+
+def member_text(namespace: str | None, tool: dict[str, Any], catalog: list[dict[str, Any]]) -> str:
+    """What the embedding model reads of a deferred tool: its name as words, its description, its namespace's."""
+    text = f"{str(tool.get('name') or '').replace('_', ' ')}: {tool.get('description') or ''}"
+    space = next((entry for entry in catalog if entry.get("type") == "namespace" and entry.get("name") == namespace),
+                 None)
+    return f"{text} ({namespace}: {space.get('description') or ''})" if space is not None else text
+
+
+def found_tools(catalog: list[dict[str, Any]], asked: dict[str, Any],
+                similarity: Sequence[float] | None = None) -> list[dict[str, Any]]:
     """The deferred tools a search finds (at most MOST_FOUND), as definitions (a namespace's members under it):
-    those its `paths` name (a tool, `namespace.tool`, or a whole namespace), else those whose names and descriptions
-    share the most words with its `query` (a namespace's name and description count for its members)."""
+    those its `paths` name (a tool, `namespace.tool`, or a whole namespace), else those nearest its `query`: by
+    `similarity` (each member's to the query, on the embedding model) with a bonus for shared words, or, without
+    it, by the words they share (a namespace's name and description count for its members)."""
     members = list(_members(catalog))
     paths = asked.get("paths")
     if isinstance(paths, list) and paths:
@@ -158,14 +209,15 @@ def found_tools(catalog: list[dict[str, Any]], asked: dict[str, Any]) -> list[di
                   if namespace in wanted or tool.get("name") in wanted
                   or f"{namespace}.{tool.get('name')}" in wanted or f"{namespace}__{tool.get('name')}" in wanted]
     else:
-        chosen = _ranked(catalog, members, _words(str(asked.get("query") or "")))
+        chosen = _ranked(catalog, members, _words(str(asked.get("query") or "")), similarity)
     return _grouped(catalog, chosen[:MOST_FOUND])
 
 
-def _ranked(catalog: list[dict[str, Any]], members: list[tuple[str | None, dict[str, Any]]],
-            query: set[str]) -> list[tuple[str | None, dict[str, Any]]]:
-    """The members that match the query best: a word in a name counts twice a word in a description; those
-    scoring more than half the best, best first (catalog order between equals)."""
+def _ranked(catalog: list[dict[str, Any]], members: list[tuple[str | None, dict[str, Any]]], query: set[str],
+            similarity: Sequence[float] | None) -> list[tuple[str | None, dict[str, Any]]]:
+    """The members that match the query best, best first (catalog order between equals). By words: a word in a
+    name counts twice a word in a description, and those scoring more than half the best are kept. By similarity:
+    those at least MIN_SIMILARITY near, the words' score a small bonus."""
     namespaces = {tool.get("name"): tool for tool in catalog if tool.get("type") == "namespace"}
     scored = []
     for order, (namespace, tool) in enumerate(members):
@@ -173,9 +225,13 @@ def _ranked(catalog: list[dict[str, Any]], members: list[tuple[str | None, dict[
         names = _words(f"{tool.get('name')} {namespace or ''}")
         texts = _words(f"{tool.get('description') or ''} {space.get('description') or ''}")
         score = sum(2 if word in names else 1 if word in texts else 0 for word in query)
-        if score:
+        if similarity is not None and similarity[order] >= MIN_SIMILARITY:
+            scored.append((-(similarity[order] + NAME_WORD_BONUS * score), order, namespace, tool))
+        elif similarity is None and score:
             scored.append((-score, order, namespace, tool))
     scored.sort(key=lambda entry: entry[:2])
+    if similarity is not None:
+        return [(namespace, tool) for _, _, namespace, tool in scored]
     best = -scored[0][0] if scored else 0
     return [(namespace, tool) for score, _, namespace, tool in scored if -score * 2 > best]
 
