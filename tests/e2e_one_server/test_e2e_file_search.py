@@ -104,3 +104,26 @@ def test_a_forced_search_closes_and_runs_within_a_small_budget(server: RunningSe
         assert call.type == "file_search_call" and call.status == "completed", (budget, seed, response.output)
         assert call.queries and call.results is not None, (budget, seed, call)
         assert response.usage is not None and response.usage.output_tokens <= budget
+
+
+def test_deferred_tools_are_searched_on_the_real_model_and_embedding_model(server: RunningServer, store: str) -> None:
+    """Through the SDK: a request's deferred tools cost the prompt their names alone (input_tokens counted by the
+    SDK's helper), and a forced search streams its call and its output, which the SDK's accumulator folds."""
+    from tests.test_tool_search import TOOLS, _undeferred
+
+    client = server.client
+    deferred = client.responses.input_tokens.count(model=MODEL, input="Weather?", tools=TOOLS)  # type: ignore[arg-type]
+    whole = client.responses.input_tokens.count(model=MODEL, input="Weather?", tools=_undeferred(TOOLS))  # type: ignore[arg-type]
+    assert deferred.input_tokens < whole.input_tokens
+    body = {"model": MODEL, "input": "What is the weather in Paris?", "tools": TOOLS,
+            "tool_choice": {"type": "tool_search"}, "max_output_tokens": 96, "temperature": 0}
+    with client.responses.stream(**body) as stream:  # type: ignore[arg-type]
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+    with httpx.stream("POST", f"{server.base_url}/responses", json={**body, "stream": True}, timeout=600) as answer:
+        streamed = validate_events(events_of(parse_frames(answer.iter_lines())))
+    assert [item.type for item in streamed.output] == [item.type for item in final.output]
+    assert [item.type for item in final.output[:2]] == ["tool_search_call", "tool_search_output"], final.output
+    call, found = final.output[:2]
+    assert call.execution == "server" and call.status == "completed" and found.call_id == call.call_id  # type: ignore[union-attr]
