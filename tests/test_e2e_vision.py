@@ -85,6 +85,9 @@ def test_an_image_by_data_url_is_answered_and_its_tokens_counted(vlm: RunningSer
     assert grown > IMAGE_SEQ_LEN, grown  # the image's tokens, and the tokens around them, counted
     recorded = read_recordings(vlm.log.parent / "engine.jsonl")[-1]
     assert recorded.images == [[40, 30]]  # the image reached the engine
+    for include, shown in (([], None), (["message.input_image.image_url"], png(40, 30))):  # as OpenAI lists it
+        listed = vlm.client.responses.input_items.list(with_image.id, include=include)  # type: ignore[arg-type]
+        assert listed.data[0].content[1].image_url == shown  # type: ignore[union-attr]
 
 
 def test_an_image_streams_too(vlm: RunningServer) -> None:
