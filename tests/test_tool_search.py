@@ -197,3 +197,15 @@ def test_the_harmony_path_searches_and_calls_what_it_loaded(harmony: Harness) ->
     assert _types(final.output) == ["tool_search_call", "tool_search_output", "function_call"], final.output
     first, second = (encoding.decode(request.prompt_token_ids) for request in harmony.engine.requests[-2:])
     assert "tool_search" in first and WEATHER_MARK not in first and WEATHER_MARK in second
+
+
+def test_a_tool_search_output_holding_anything_is_read_without_failing(served: Harness, tokenizer: Any) -> None:
+    """A client's `tool_search_output` is the client's: tools that are not tool definitions are passed over."""
+    served.play(script(tokenizer, "Fine."))
+    answer = served.post(tools=TOOLS, input=[
+        {"type": "tool_search_call", "call_id": "c1", "execution": "client", "arguments": {"paths": ["x"]}},
+        {"type": "tool_search_output", "call_id": "c1", "execution": "client",
+         "tools": [1, "x", {"type": "namespace", "name": "n", "tools": 5}, {"type": "mcp", "allowed_tools": 7},
+                   {"type": "namespace", "name": "crm", "tools": [{"name": "refund_order"}, 3]}]},
+        {"role": "user", "content": "Go on."}])
+    assert answer.status_code == 200, answer.text

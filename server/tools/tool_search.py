@@ -111,7 +111,7 @@ def split_deferred(tools: list[dict[str, Any]], loaded: list[dict[str, Any]]) ->
         if tool.get("type") == TOOL_SEARCH:
             continue
         if tool.get("type") == "namespace":
-            members = [member for member in tool.get("tools") or [] if isinstance(member, dict)]
+            members = [member for member in tool.get("tools") or [] if isinstance(member, dict)]  # (checked as read)
             deferred = [m for m in members if m.get("defer_loading") and (tool.get("name"), m.get("name")) not in have]
             kept = [_undeferred(m) for m in members if m not in deferred]
             if deferred:
@@ -262,12 +262,16 @@ def _members(tools: list[dict[str, Any]]) -> Iterable[tuple[str | None, dict[str
     """Each tool with the namespace it is in (None: none), a namespace's members in its place (a loaded MCP
     server's: the tools it allows, by name)."""
     for tool in tools:
+        if not isinstance(tool, dict):
+            continue  # (a client's tool_search_output may hold anything)
         if tool.get("type") == "mcp":
-            for name in tool.get("allowed_tools") or []:
+            names = tool.get("allowed_tools")
+            for name in names if isinstance(names, list) else []:
                 if isinstance(name, str):
                     yield tool.get("server_label"), {"name": name}
         elif tool.get("type") == "namespace":
-            for member in tool.get("tools") or []:
+            members = tool.get("tools")
+            for member in members if isinstance(members, list) else []:
                 if isinstance(member, dict):
                     yield tool.get("name"), member
         else:

@@ -104,7 +104,8 @@ def test_an_mcp_call_is_approved_from_the_page_and_runs(page: Any, server: Runni
     assert sum(headers.get("mcp-method") == "tools/call" for headers in mcp.recorder.headers) == calls_before + 1
     presets = page.locator("#pg-presets button").all_inner_texts()
     assert presets == ["Add function", "Add MCP registered", "Add web search", "Add code interpreter",
-                       "Add file search"], "the server's hosted tools (its browser and python servers are set)"
+                       "Add file search", "Add tool search"], "the server's hosted tools (its browser and python " \
+        "servers are set)"
     response_id = page.locator("#pg-status a").inner_text()  # the call's response: its timeline (issue 56)
     page.goto(f"{origin(server)}/console/#/responses/{response_id}")
     page.wait_for_selector("#timeline tr[data-phase=tool_call]", timeout=WAIT_MS)

@@ -40,6 +40,8 @@ const TITLES = {
   mcp_approval_request: (item) => `approval asked · ${item.server_label} · ${item.name}`,
   mcp_approval_response: (item) => `approval ${item.approve ? "given" : "refused"}`,
   file_search_call: () => "file search",
+  tool_search_call: (item) => `tool search · ${item.execution}`,
+  tool_search_output: (item) => `tools loaded · ${(item.tools || []).map((tool) => tool.name || tool.server_label).join(", ")}`,
 };
 
 function body(item) {
