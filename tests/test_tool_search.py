@@ -209,3 +209,12 @@ def test_a_tool_search_output_holding_anything_is_read_without_failing(served: H
                    {"type": "namespace", "name": "crm", "tools": [{"name": "refund_order"}, 3]}]},
         {"role": "user", "content": "Go on."}])
     assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.parametrize(("search", "param"), [({"type": "tool_search", "execution": "elsewhere"}, "tools[1].execution"),
+                                               ({"type": "tool_search", "execution": "client", "parameters": "x"},
+                                                "tools[1].parameters")])
+def test_a_tool_search_tool_that_cannot_be_is_a_400_naming_it(served: Harness, search: dict[str, Any],
+                                                             param: str) -> None:
+    answer = served.post(tools=[WEATHER, search], input="hi")
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == param, answer.text

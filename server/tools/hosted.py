@@ -133,7 +133,7 @@ async def hosted_tools(conversation: ResponsesRequest, body: ResponsesRequest, s
     hosted = HostedTools(settings, {server.label: server for server in mcp_servers(body.tools, settings)},
                          file_search=file_search, not_offered=not_offered)
     items = conversation.input_items()
-    search = next((tool for tool in body.tools if tool.get("type") == TOOL_SEARCH), None)
+    search = _tool_search_tool(body.tools)
     searchable = search is not None and (search.get("execution") == "client" or _defers(body.tools))
     if searchable or any(isinstance(item, ToolSearchOutputItem) for item in items):  # (what searches loaded)
         hosted.tool_search = ToolSearch(search if searchable else None, embed)
@@ -150,6 +150,21 @@ async def hosted_tools(conversation: ResponsesRequest, body: ResponsesRequest, s
         hosted.offered[server.label] = tuple(tool for tool in tools if server.shows(tool))
     hosted.approved = _approved(items, body, hosted.servers)
     return hosted
+
+
+def _tool_search_tool(tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The request's tool_search tool, checked (a 400 naming what is wrong), or None."""
+    for index, tool in enumerate(tools):
+        if tool.get("type") != TOOL_SEARCH:
+            continue
+        if tool.get("execution") not in (None, "server", "client"):
+            raise RequestError(f"tool_search's execution must be 'server' or 'client', not {tool.get('execution')!r}.",
+                               param=f"tools[{index}].execution")
+        if tool.get("parameters") is not None and not isinstance(tool.get("parameters"), dict):
+            raise RequestError("tool_search's parameters must be a JSON schema object.",
+                               param=f"tools[{index}].parameters")
+        return tool
+    return None
 
 
 def _defers(tools: list[dict[str, Any]]) -> bool:
