@@ -117,6 +117,24 @@ def test_every_constrained_output_closes_within_its_budget_on_the_tiny_gpt_oss(g
     check_constrained_outputs_close(gpt_oss.base_url, MODEL, custom_grammar=True)
 
 
+def test_a_forced_tool_search_on_the_tiny_gpt_oss(gpt_oss: RunningServer) -> None:
+    """The harmony path: deferred tools out of the developer message, `functions.tool_search` called under the
+    grammar, the search run by the server (by words: this server has no vector stores), a second pass after it."""
+    from tests.test_tool_search import TOOLS, WEATHER_MARK
+
+    response = gpt_oss.client.responses.create(model=MODEL, input="What is the weather?", max_output_tokens=256,
+                                               tools=TOOLS, tool_choice={"type": "tool_search"},  # type: ignore[arg-type]
+                                               extra_body=SEEDED)
+    kinds = [item.type for item in response.output]
+    assert kinds[:2] == ["tool_search_call", "tool_search_output"] or \
+        kinds[1:3] == ["tool_search_call", "tool_search_output"], kinds  # (after its reasoning)
+    call = response.output[kinds.index("tool_search_call")]
+    assert call.execution == "server" and call.status == "completed", call  # type: ignore[union-attr]
+    recording = [r for r in read_recordings(gpt_oss.log.parent / "engine.jsonl")][-2]
+    prompt = harmony_encoding().decode(recording.prompt_token_ids)
+    assert "tool_search" in prompt and WEATHER_MARK not in prompt
+
+
 def test_a_shutdown_mid_generation_leaves_no_engine_process(gpt_oss: RunningServer) -> None:
     """After SIGTERM a VLLM::Worker once kept using CPU for two minutes; every process the server started must end
     with it (bounded by a count of polls, not by a time the test asserts). Last in the module: it stops the server."""
@@ -145,20 +163,3 @@ def _read_quietly(base_url: str, body: dict[str, Any]) -> None:
     except httpx.HTTPError:
         pass
 
-
-def test_a_forced_tool_search_on_the_tiny_gpt_oss(gpt_oss: RunningServer) -> None:
-    """The harmony path: deferred tools out of the developer message, `functions.tool_search` called under the
-    grammar, the search run by the server (by words: this server has no vector stores), a second pass after it."""
-    from tests.test_tool_search import TOOLS, WEATHER_MARK
-
-    response = gpt_oss.client.responses.create(model=MODEL, input="What is the weather?", max_output_tokens=256,
-                                               tools=TOOLS, tool_choice={"type": "tool_search"},  # type: ignore[arg-type]
-                                               extra_body=SEEDED)
-    kinds = [item.type for item in response.output]
-    assert kinds[:2] == ["tool_search_call", "tool_search_output"] or \
-        kinds[1:3] == ["tool_search_call", "tool_search_output"], kinds  # (after its reasoning)
-    call = response.output[kinds.index("tool_search_call")]
-    assert call.execution == "server" and call.status == "completed", call  # type: ignore[union-attr]
-    recording = [r for r in read_recordings(gpt_oss.log.parent / "engine.jsonl")][-2]
-    prompt = harmony_encoding().decode(recording.prompt_token_ids)
-    assert "tool_search" in prompt and WEATHER_MARK not in prompt

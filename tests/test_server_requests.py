@@ -264,7 +264,8 @@ def test_a_tool_the_server_cannot_offer_or_run_is_a_400_naming_it_and_what_would
 def test_a_web_search_tool_with_no_browser_is_accepted_not_offered_and_the_response_says_so(app: Harness,
                                                                                             tokenizer: Any) -> None:
     app.play(answer(tokenizer, "ok"))
-    response = app.post(input="go", tools=[{"type": "web_search"}, {"type": "tool_search", "execution": "client"}])
+    # (a server's tool search with nothing deferred: not offered; a client's is, its catalog is the client's)
+    response = app.post(input="go", tools=[{"type": "web_search"}, {"type": "tool_search"}])
     assert response.status_code == 200 and response.json()["status"] == "completed"
     assert response.headers["x-tools-not-offered"] == "web_search, tool_search"
     assert "web_search" not in tokenizer.decode(app.engine.requests[-1].prompt_token_ids)

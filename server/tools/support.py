@@ -41,9 +41,9 @@ TOOL_SUPPORT: dict[str, Support] = {
                                        "without one, a 400; a container other than `auto` without files is a 400"),
     "tool_search": Support("run", "searches the deferred tools (`defer_loading` on functions, namespaces' members "
                                   "and MCP servers) by name and description and loads what it finds; "
-                                  "`execution: \"client\"` passes its calls to the client; with nothing deferred, "
-                                  f"accepted and not offered (Codex sends it), said in the `{NOT_OFFERED_HEADER}` "
-                                  "header"),
+                                  "`execution: \"client\"` passes its calls to the client (its catalog is the client's); "
+                                  "a server's search with nothing deferred is accepted and not offered, said in the "
+                                  f"`{NOT_OFFERED_HEADER}` header"),
     "computer_use_preview": Support("refused", "a 400: it needs a computer-use model, which this server does not serve"),
     "computer": Support("refused", "a 400: it needs a computer-use model, which this server does not serve"),
     "image_generation": Support("refused", "a 400: it needs an image generation model, which this server does not "

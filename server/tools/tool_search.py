@@ -104,7 +104,7 @@ def split_deferred(tools: list[dict[str, Any]], loaded: list[dict[str, Any]]) ->
                                                                                          list[dict[str, Any]]]:
     """(the tools offered, the deferred ones not loaded) of `tools`, with `loaded` (tool definitions a search
     found) offered too: a deferred tool among them is offered whole, one the request does not have is added."""
-    have = {(namespace, tool["name"]) for namespace, tool in _members(loaded)}
+    have = {(namespace, tool.get("name")) for namespace, tool in _members(loaded)}
     offered: list[dict[str, Any]] = []
     catalog: list[dict[str, Any]] = []
     for tool in tools:
