@@ -17,6 +17,7 @@ from server.tools.tool_search import found_tools
 from streaming.ids import counting_ids
 from tests.conftest import serve_in_thread
 from tests.scripted_engine import ScriptedEngine
+from tests.test_grammar_closing import harmony  # noqa: F401  (fixture: the harmony path on a scripted engine)
 from tests.test_hosted_tools import call_text, prompt_text, script
 from tests.test_server import MODEL, Harness
 from tests.test_store import open_url
@@ -168,15 +169,6 @@ def test_a_search_over_the_websocket_loads_the_tool_for_the_next_turn(served: Ha
         validate_events([event.to_dict() for event in _until_terminal(conn)])
     assert _types(first.output) == ["tool_search_call", "tool_search_output", "message"]
     assert WEATHER_MARK in prompt_text(served, tokenizer)
-
-
-@pytest.fixture(scope="module")
-def harmony() -> Iterator[Harness]:
-    engine = ScriptedEngine(tokenizer=None, scripts=[[]], max_model_len=131072)
-    context = ServingContext(config=ServerConfig(served_model_name=MODEL, harmony=True),
-                             engine_factory=lambda: engine, ids=counting_ids())
-    with serve_in_thread(create_app(context)) as base_url:
-        yield Harness(engine, base_url)
 
 
 def test_the_harmony_path_searches_and_calls_what_it_loaded(harmony: Harness) -> None:
