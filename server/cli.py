@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from server import logs
+from server.batches.batch_run import BatchSettings
 from server.attachments.media import MAX_REQUEST_PIXELS
 from server.attachments.work_pool import WorkLimits
 from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS, BUNDLED_SAMPLING_DEFAULTS
@@ -130,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--ingestion-seconds", type=float, default=300.0, metavar="SECONDS",
                         help="reading and chunking one file into a vector store may take this long; longer fails "
                         "the file (default 300)")
+    server.add_argument("--batch-lines-at-once", type=int, default=BatchSettings.lines_at_once, metavar="N",
+                        help="a batch's (and a project's) lines running at once in one process (default 4)")
+    server.add_argument("--batch-yield-above", type=int, default=BatchSettings.yield_above, metavar="N",
+                        help="no batch line starts while this many interactive responses run in the process "
+                             "(default 2)")
     server.add_argument("--input-workers", type=int, default=WorkLimits.workers, metavar="N",
                         help="processes that read PDFs and decode images, off the event loop (default 2)")
     server.add_argument("--input-work-seconds", type=float, default=WorkLimits.seconds, metavar="SECONDS",

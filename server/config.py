@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from server.batches.batch_run import BatchSettings
 from server.attachments.media import MAX_REQUEST_PIXELS
 from server.attachments.work_pool import WorkLimits
 from server.model_settings import ModelSettings
@@ -47,6 +48,7 @@ class ServerConfig:
     api_process: int | None = None  # this process's index when several API processes share the port
     api_server_count: int = 1  # the API processes sharing the port (each takes its share of per-process limits)
     input_work: WorkLimits = field(default_factory=WorkLimits)  # PDF text and image decoding: workers, time, memory
+    batches: BatchSettings = field(default_factory=BatchSettings)  # how much of the server batches may take
     max_request_pixels: int = MAX_REQUEST_PIXELS  # of a request's distinct images, in all
     webhooks: WebhookSettings | None = None  # where background responses' endings are posted (None: nowhere)
     # Each project's requests carry a cache_salt of their own, so one project cannot time another's prompts through

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from parsers.registry import check_reasoning_parser
+from server.batches.batch_run import BatchSettings
 from server.attachments.work_pool import WorkLimits
 from server.bundled_model import BUNDLED_DEFAULT_MAX_OUTPUT_TOKENS, BUNDLED_SAMPLING_DEFAULTS
 from server.codex_catalog import read_overrides
@@ -258,6 +259,7 @@ def build_app(args: argparse.Namespace, engine: Any = None, process: int | None 
         api_process=process,
         api_server_count=args.api_server_count,
         input_work=WorkLimits(args.input_workers, args.input_work_seconds, args.input_work_memory_mb << 20),
+        batches=BatchSettings(max(1, args.batch_lines_at_once), max(1, args.batch_yield_above)),
         max_request_pixels=args.max_request_pixels,
         webhooks=webhook_settings(args),
         forwarding=args.forwarding and not starts,  # a fleet's gateways all send a turn to the same worker

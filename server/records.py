@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from server.batches.project_batches import ProjectBatches
+from server.batches.records import BatchRecords
 from server.replicas.records import ReplicaRecords
 from server.responses.conversation_records import ConversationRecords
 from server.responses.project_store import ProjectStore
@@ -28,7 +30,7 @@ from server.webhooks.outbox import WebhookOutbox, enqueue_ending
 
 # The rooms whose migrations make the schema (a version's scripts may come from several of them).
 MIGRATIONS = Migrations(("server.responses", "server.webhooks", "server.replicas", "server.tenancy",
-                         "server.retrieval", "server.saved_prompts"))
+                         "server.retrieval", "server.saved_prompts", "server.batches"))
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Records:
     replicas: ReplicaRecords
     webhooks: WebhookOutbox
     prompts: PromptRecords
+    batches: BatchRecords
 
     @classmethod
     def over(cls, database: Database, retention: RetentionPolicy = RetentionPolicy(),
@@ -53,7 +56,7 @@ class Records:
         return cls(database, ResponseRecords(database, retention, enqueue_ending if webhooks else None),
                    ConversationRecords(database), KeyRecords(database), UsageRecords(database),
                    FileRecords(database), ReplicaRecords(database), WebhookOutbox(database),
-                   PromptRecords(database))
+                   PromptRecords(database), BatchRecords(database))
 
     def project_store(self, project: str) -> ProjectStore:
         """The responses and conversations as `project` sees them."""
@@ -66,6 +69,10 @@ class Records:
     def project_prompts(self, project: str) -> ProjectPrompts:
         """The reusable prompts as `project` sees them."""
         return ProjectPrompts(self.prompts, project)
+
+    def project_batches(self, project: str) -> ProjectBatches:
+        """The batches as `project` sees them (and its files, which they read and write)."""
+        return ProjectBatches(self.batches, self.project_files(project), project)
 
     async def close(self) -> None:
         await self.database.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 SERVED_BY = {"auto": "default", "default": "default", "scale": "default", "flex": "flex", "priority": "priority",
              "fast": "priority", "ultrafast": "priority"}
 _STEP = {"priority": -1, "default": 0, "flex": 1}
+BATCH_STEP = 2  # a batch's requests (server/batches) run behind every tier: they fill what interactive work leaves
 
 
 def served_tier(asked: str | None) -> str:
@@ -18,6 +19,7 @@ def served_tier(asked: str | None) -> str:
     return SERVED_BY[asked or "auto"]
 
 
-def tier_priority(base: int, tier: str) -> int:
-    """The engine priority of a request of the served `tier` whose key or project has priority `base`."""
-    return base + _STEP[tier]
+def tier_priority(base: int, tier: str, batch: bool = False) -> int:
+    """The engine priority of a request of the served `tier` whose key or project has priority `base` (`batch`: a
+    batch's request, behind every tier)."""
+    return base + (BATCH_STEP if batch else _STEP[tier])

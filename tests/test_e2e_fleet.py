@@ -194,6 +194,71 @@ def test_an_abandoned_stream_leaves_no_request_running_on_any_worker(fleet: Flee
     assert not any(worker.metric("vllm:num_requests_running") for worker in workers)
 
 
+def _long_stream(base_url: str, **body: Any) -> str:
+    """A JSON answer the grammar keeps going to its budget; its final status."""
+    events = _stream(base_url, model=SMOL, input="Count from 1 to 1000.", text=LONG_JSON, **body)
+    return events[-1]["response"]["status"]
+
+
+def test_a_stateless_session_without_a_key_keeps_its_worker_while_the_other_is_idle(fleet: Fleet) -> None:
+    """A client that stores nothing and sends no `prompt_cache_key` (as Codex with `store: false`): each turn sends
+    the same instructions and first message again, and finds the worker that holds them though the other worker is
+    idle and this one is busy with the session's own long stream."""
+    instructions = "You are a terse assistant of session 3b7e."  # the session's own: no other test's prefix
+    history: list[Any] = [{"role": "user", "content": "Name a city in France. " * 20}]
+    before = _served(fleet.smol)
+    first = fleet.gateway.client.responses.create(model=SMOL, instructions=instructions, input=history, store=False,
+                                                  max_output_tokens=8, temperature=0)
+    with ThreadPoolExecutor(1) as pool:
+        busy = pool.submit(_long_stream, fleet.gateway.base_url, instructions=instructions, input=history,
+                           store=False, max_output_tokens=160)
+        _running_on(fleet.smol)  # the session's worker is busy now, the other idle
+        history += [{"role": "assistant", "content": first.output_text or "Paris."},
+                    {"role": "user", "content": "And one in Spain?"}]
+        second = fleet.gateway.client.responses.create(model=SMOL, instructions=instructions, input=history,
+                                                       store=False, max_output_tokens=8, temperature=0)
+        assert busy.result() in ("completed", "incomplete")
+    assert sorted(_served_since(fleet.smol, before, 3)) == [0, 3]  # all three on the one worker
+    assert second.usage is not None and second.usage.input_tokens_details.cached_tokens > 0
+
+
+def test_a_hot_key_spills_to_the_next_worker_and_a_cap_queues_the_rest(
+        fleet: Fleet, bundled_model: Path, tiny_gpt_oss: Path, tmp_path: Path) -> None:
+    """A second gateway over the two real workers, with a tight load bound: two streams of one `prompt_cache_key` at
+    once run one on each worker (rendezvous with bounded load), where with no bound both run on the key's worker.
+    Then with `max_running_per_worker = 1` (read again on SIGHUP), three at once: no worker ever runs two, the
+    third waits in the gateway's queue, and every one completes."""
+    path = fleet_file(tmp_path / "fleet.toml", [worker.url for worker in fleet.smol], [], bundled_model, tiny_gpt_oss)
+    path.write_text("load_bound = 1\nload_slack = 1\n" + path.read_text())
+    gateway = RunningServer(["--fleet", str(path)], tmp_path / "gateway.log")
+    try:
+        before = _served(fleet.smol)
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(_long_stream, gateway.base_url, prompt_cache_key="hot", max_output_tokens=120)
+            _running_on(fleet.smol)  # the key's worker runs it: the next of the same key finds it busy
+            second = pool.submit(_long_stream, gateway.base_url, prompt_cache_key="hot", max_output_tokens=120)
+            assert [first.result(), second.result()] == ["incomplete", "incomplete"]
+        assert _served_since(fleet.smol, before, 2) == [1, 1]
+
+        path.write_text("max_running_per_worker = 1\n" + path.read_text())
+        gateway.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while "read again" not in gateway.log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        before = _served(fleet.smol)
+        most = 0
+        with ThreadPoolExecutor(3) as pool:
+            runs = [pool.submit(_long_stream, gateway.base_url, prompt_cache_key="hot", max_output_tokens=120)
+                    for _ in range(3)]
+            while not all(run.done() for run in runs):
+                most = max(most, *(worker.metric("vllm:num_requests_running") for worker in fleet.smol))
+                time.sleep(0.1)
+            assert [run.result() for run in runs] == ["incomplete"] * 3
+        assert most == 1 and sorted(_served_since(fleet.smol, before, 3)) == [1, 2]
+    finally:
+        gateway.stop()
+
+
 def test_codex_runs_a_turn_on_the_fleet(fleet: Fleet, codex: Path, tmp_path: Path) -> None:
     run = run_codex(codex, fleet.gateway.base_url, SMOL, tmp_path, "Say hello in one word.", catalog=True)
     events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]

@@ -12,6 +12,8 @@ from server.console import routes as console
 from server.http import errors, instrumentation, openapi
 from server.http.auth import OPEN_PATHS, APIKeyMiddleware
 from server.http.forwarding import Forwarder, NoForwarding
+from server.http.batch_lines import batch_runner
+from server.http.batch_routes import router as batch_router
 from server.http.file_routes import router as file_router
 from server.http.vector_store_routes import router as vector_store_router
 from server.http.file_routes import upload_limits
@@ -49,10 +51,15 @@ def create_app(context: ServingContext) -> FastAPI:
             context.retrieval.start()
         if context.fleet_watch is not None:
             context.fleet_watch.start()
+        batches = batch_runner(context)
+        if batches is not None:
+            batches.start()
         try:
             yield
         finally:
             lag.cancel()
+            if batches is not None:
+                await batches.stop()
             if context.fleet_watch is not None:
                 await context.fleet_watch.stop()
             if context.replicas is not None:
@@ -93,6 +100,7 @@ def create_app(context: ServingContext) -> FastAPI:
     app.include_router(file_router)
     app.include_router(prompt_router)
     app.include_router(vector_store_router)
+    app.include_router(batch_router)
     app.include_router(websocket_router)
     console.install(app)
     return app

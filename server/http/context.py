@@ -14,6 +14,7 @@ from server.retrieval.project import ProjectRetrieval
 from server.responses.project_store import ProjectStore
 from server.retrieval.project_files import ProjectFiles
 from server.saved_prompts.project_prompts import ProjectPrompts
+from server.batches.project_batches import ProjectBatches
 
 T = TypeVar("T")
 
@@ -43,6 +44,11 @@ def required_files(request: HTTPConnection) -> ProjectFiles:
 def required_store(request: HTTPConnection) -> ProjectStore:
     """The store as the request's project sees it, for routes over stored state."""
     return stored(serving_context(request).project_store(caller(request).project))
+
+
+def required_batches(request: HTTPConnection) -> ProjectBatches:
+    """The batches as the request's project sees them."""
+    return stored(serving_context(request).project_batches(caller(request).project))
 
 
 def required_prompts(request: HTTPConnection) -> ProjectPrompts:

@@ -34,6 +34,7 @@ from server.tenancy.usage import MemoryLedger
 from server.tools.tool_search import Embed
 from server.responses.project_store import ProjectStore
 from server.retrieval.project_files import ProjectFiles
+from server.batches.project_batches import ProjectBatches
 from server.saved_prompts.project_prompts import ProjectPrompts
 from server.records import Records
 from server.webhooks.sender import WebhookSender
@@ -102,6 +103,10 @@ class ServingContext:
     def project_prompts(self, project: str) -> ProjectPrompts | None:
         """The reusable prompts as `project` sees them: its own only (None: no store)."""
         return self.records.project_prompts(project) if self.records is not None else None
+
+    def project_batches(self, project: str) -> ProjectBatches | None:
+        """The batches as `project` sees them: its own only (None: no store)."""
+        return self.records.project_batches(project) if self.records is not None else None
 
     def project_files(self, project: str) -> ProjectFiles | None:
         """The uploaded files as `project` sees them: its own only (None: no store)."""

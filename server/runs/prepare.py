@@ -58,25 +58,28 @@ from streaming.outcome import Usage
 
 async def prepare_stored_run(context: ServingContext, body: ResponsesRequest, caller: Caller,
                              earlier: MutableMapping[str, StoredResponse] | None = None,
-                             generate: bool = True) -> StoredRun:
+                             generate: bool = True, batch: bool = False) -> StoredRun:
     """The run for `POST /v1/responses` by `caller`, with the conversation behind it (its project's) and where it
     will be stored; it holds its place under the concurrency limit and its project's limits.
 
     `earlier`: the responses of a WebSocket connection, where `previous_response_id` is looked up first and this
-    one is kept when it ends. `generate` False: it completes with no output, as a warm-up."""
+    one is kept when it ends. `generate` False: it completes with no output, as a warm-up. `batch`: a batch's
+    request (server/batches), behind every other in the engine, its usage counted apart."""
     model = context.model(body.model)  # an unknown model is a 404, and one whose workers are all down a 503, first
     model.check_up()
-    async with _limited(context, caller, model) as ticket:
-        stored = await _stored_run(context, body, caller, earlier, generate)
+    async with _limited(context, caller, model, batch) as ticket:
+        stored = await _stored_run(context, body, caller, earlier, generate, batch)
         stored.run.ticket = ticket
         return stored
 
 
 @asynccontextmanager
-async def _limited(context: ServingContext, caller: Caller, model: Model) -> AsyncIterator[Ticket]:
+async def _limited(context: ServingContext, caller: Caller, model: Model, batch: bool = False) -> AsyncIterator[Ticket]:
     """The caller's ticket under its project's and key's limits, taken first (a project past a limit costs the
-    server no preparation, so it does not slow another); given back if the preparation fails."""
-    ticket = await context.limiter.admit(caller, model.name)
+    server no preparation, so it does not slow another); given back if the preparation fails. A batch's request
+    is held to its batch's bounds instead."""
+    ticket = context.limiter.admit_batch(caller, model.name) if batch else await context.limiter.admit(caller,
+                                                                                                        model.name)
     try:
         yield ticket
     except BaseException:
@@ -85,7 +88,8 @@ async def _limited(context: ServingContext, caller: Caller, model: Model) -> Asy
 
 
 async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: Caller,
-                      earlier: MutableMapping[str, StoredResponse] | None, generate: bool) -> StoredRun:
+                      earlier: MutableMapping[str, StoredResponse] | None, generate: bool,
+                      batch: bool = False) -> StoredRun:
     timeline = Timeline()  # from the request's arrival
     project = caller.project
     project_store = context.project_store(project)
@@ -105,7 +109,7 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
     fetched = await images_fetched(context, conversation, body, project)
     compacting = body.asks_compaction()  # the response is one compaction item (the run is never generated from)
     keys = prompt_keys(body, project, continuable=store is not None or earlier is not None)
-    placed = _placement(context, body, caller, history_start)
+    placed = _placement(context, body, caller, history_start, batch)
     run, overflowed = await _first_run(context, conversation, body, fetched, hosted, compacting, keys, placed)
     tracing.annotate({"gen_ai.response.id": run.response_id, "gen_ai.request.model": run.builder.model,
                       "responses_server.project": project})
@@ -153,9 +157,9 @@ async def admitted(context: ServingContext, wait_seconds: float | None = None) -
 
 
 def _placement(context: ServingContext, body: ResponsesRequest, caller: Caller,
-               history_start: str | None) -> Placement:
+               history_start: str | None, batch: bool) -> Placement:
     priority = tier_priority(context.config.projects.priority(caller.project, caller.key_id),
-                             served_tier(body.service_tier))
+                             served_tier(body.service_tier), batch)
     return placement(body, caller.project, history_start, context.sealer, context.config.isolate_prefix_cache,
                      priority)
 
@@ -238,7 +242,7 @@ async def prepare_compaction(context: ServingContext, body: ResponsesRequest, ca
         summarizing = summary_request(conversation)
         run = await prepare_run(context, summarizing, summarizing,
                                 await images_fetched(context, summarizing, summarizing, caller.project),
-                                placed=_placement(context, body, caller, history_start))
+                                placed=_placement(context, body, caller, history_start, False))
         run.slot = await admitted(context)
         run.ticket = ticket
         return CompactionRun(StoredRun(run, None, keep_event_log=False), conversation, context)

@@ -34,6 +34,7 @@ class Ticket:
     model: str
     counted: bool  # its request was counted at admission (its project or key has limits per minute or day)
     headers: dict[str, str] = field(default_factory=dict)
+    batch: bool = False  # a batch's request: held to its batch's bounds, not the limits, and counted apart
     _finished: bool = False
 
     def finish(self, usage: Usage | None) -> None:
@@ -84,14 +85,21 @@ class Limiter:
             self._running[scope] = self._running.get(scope, 0) + 1
         return Ticket(self, caller, model, counted, headers)
 
+    def admit_batch(self, caller: Caller, model: str) -> Ticket:
+        """A batch request's ticket: not held to the caller's limits (a batch yields to interactive work instead:
+        server/batches), its usage counted apart."""
+        return Ticket(self, caller, model, counted=False, batch=True)
+
     def ended(self, ticket: Ticket, usage: Usage | None) -> None:
         """A ticket's response ended: its place given back, its usage added (in the background). None: it never
         ran (refused as it was prepared): nothing to add, but the request counted at admission."""
-        for scope, _, _ in self._scopes(ticket.caller):
-            self._running[scope] = max(0, self._running.get(scope, 0) - 1)
+        if not ticket.batch:
+            for scope, _, _ in self._scopes(ticket.caller):
+                self._running[scope] = max(0, self._running.get(scope, 0) - 1)
         if usage is None:
             return
-        record = self._record(ticket.caller, ticket.model, self.clock(), usage, requests=0 if ticket.counted else 1)
+        record = self._record(ticket.caller, ticket.model, self.clock(), usage, requests=0 if ticket.counted else 1,
+                              batch=ticket.batch)
         PROJECT_REQUESTS.labels(record.project).inc()
         for kind in ("input", "cached", "output", "reasoning"):
             PROJECT_TOKENS.labels(record.project, kind).inc(getattr(record, f"{kind}_tokens"))
@@ -137,10 +145,11 @@ class Limiter:
         return Limits(limits.requests_per_minute, limits.tokens_per_minute, share, limits.tokens_per_day)
 
     @staticmethod
-    def _record(caller: Caller, model: str, now: float, usage: Usage, requests: int) -> UsageRecord:
+    def _record(caller: Caller, model: str, now: float, usage: Usage, requests: int,
+                batch: bool = False) -> UsageRecord:
         return UsageRecord(caller.project, caller.key_id or NO_KEY, model, int(now // MINUTE), requests=requests,
                            input_tokens=usage.input_tokens, cached_tokens=usage.cached_tokens,
-                           output_tokens=usage.output_tokens, reasoning_tokens=usage.reasoning_tokens)
+                           output_tokens=usage.output_tokens, reasoning_tokens=usage.reasoning_tokens, batch=batch)
 
     async def _add(self, record: UsageRecord) -> None:
         try:

@@ -25,10 +25,11 @@ class UsageRecord:
     cached_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
+    batch: bool = False  # the counts of batch requests (server/batches), kept apart: limits do not count them
 
     def plus(self, other: "UsageRecord") -> "UsageRecord":
         counts = {name: getattr(self, name) + getattr(other, name) for name in COUNTS}
-        return UsageRecord(self.project, self.api_key_id, self.model, self.minute, **counts)
+        return UsageRecord(self.project, self.api_key_id, self.model, self.minute, **counts, batch=self.batch)
 
 
 
@@ -42,7 +43,7 @@ class UsageLedger(Protocol):
 
     async def spent(self, project: str, api_key_id: str | None, minute: int, day_start: int) -> Spent:
         """The project's (only its key's, when `api_key_id` is given) requests and tokens in `minute`, and its
-        tokens since minute `day_start`."""
+        tokens since minute `day_start` (batch work not counted)."""
         ...
 
     async def usage_between(self, start_minute: int, end_minute: int) -> list[UsageRecord]:
@@ -54,13 +55,13 @@ class UsageLedger(Protocol):
 class MemoryLedger:
     """Usage counted in this process (a server without a store); a day of minutes is kept."""
 
-    minutes: dict[tuple[str, str, str, int], UsageRecord]
+    minutes: dict[tuple[str, str, str, int, bool], UsageRecord]
 
     def __init__(self) -> None:
         self.minutes = {}
 
     async def add_usage(self, record: UsageRecord) -> None:
-        key = (record.project, record.api_key_id, record.model, record.minute)
+        key = (record.project, record.api_key_id, record.model, record.minute, record.batch)
         held = self.minutes.get(key)
         self.minutes[key] = held.plus(record) if held is not None else record
         if len(self.minutes) > 10_000:  # forget what is older than a day
@@ -68,7 +69,7 @@ class MemoryLedger:
 
     async def spent(self, project: str, api_key_id: str | None, minute: int, day_start: int) -> Spent:
         rows = [row for row in self.minutes.values() if row.project == project and row.minute >= day_start
-                and (api_key_id is None or row.api_key_id == api_key_id)]
+                and not row.batch and (api_key_id is None or row.api_key_id == api_key_id)]
         now = [row for row in rows if row.minute == minute]
         return Spent(requests=sum(row.requests for row in now),
                      tokens=sum(row.input_tokens + row.output_tokens for row in now),

@@ -9,17 +9,17 @@ from server.store.database import Database, marks
 from server.tenancy.limits import Spent
 from server.tenancy.usage import COUNTS, UsageRecord
 
-_COLUMNS = ("project", "api_key_id", "model", "minute", *COUNTS)
+_COLUMNS = ("project", "api_key_id", "model", "minute", "batch", *COUNTS)
 # Adds a record's counts to its minute's row.
 _ADD = (f"INSERT INTO usage_minutes ({', '.join(_COLUMNS)}) VALUES ({marks(len(_COLUMNS))}) "
-        "ON CONFLICT (project, api_key_id, model, minute) DO UPDATE SET "
+        "ON CONFLICT (project, api_key_id, model, minute, batch) DO UPDATE SET "
         + ", ".join(f"{name} = usage_minutes.{name} + excluded.{name}" for name in COUNTS))
 _TOKENS = "input_tokens + output_tokens"
-# A project's requests and tokens in a minute, and its tokens since a minute (parameters: minute, minute, project,
-# since; then the key, when one is asked for).
+# A project's requests and tokens in a minute, and its tokens since a minute, batch work not counted (parameters:
+# minute, minute, project, since; then the key, when one is asked for).
 _SPENT = (f"SELECT COALESCE(SUM(CASE WHEN minute = ? THEN requests ELSE 0 END), 0), "
           f"COALESCE(SUM(CASE WHEN minute = ? THEN {_TOKENS} ELSE 0 END), 0), COALESCE(SUM({_TOKENS}), 0) "
-          "FROM usage_minutes WHERE project = ? AND minute >= ?")
+          "FROM usage_minutes WHERE project = ? AND minute >= ? AND batch = 0")
 
 
 @dataclass
@@ -30,7 +30,7 @@ class UsageRecords:
 
     async def add_usage(self, record: UsageRecord) -> None:
         """Add the record's counts to its project's, key's and model's minute."""
-        row = (record.project, record.api_key_id, record.model, record.minute,
+        row = (record.project, record.api_key_id, record.model, record.minute, int(record.batch),
                *(getattr(record, name) for name in COUNTS))
         await self.database.run("add_usage", lambda db: db.execute(_ADD, row))
 
@@ -52,5 +52,5 @@ class UsageRecords:
 
 
 def _usage_record(row: Any) -> UsageRecord:
-    project, key_id, model, minute, *counts = row
-    return UsageRecord(project, key_id, model, int(minute), *(int(count) for count in counts))
+    project, key_id, model, minute, batch, *counts = row
+    return UsageRecord(project, key_id, model, int(minute), *(int(count) for count in counts), batch=bool(batch))

@@ -12,7 +12,7 @@ from server.tenancy.usage import NO_KEY, UsageRecord
 WIDTHS = {"1m": 60, "1h": 3600, "1d": 86_400}
 # Buckets per page: (default, most), as OpenAI's usage API allows them.
 PAGE_SIZES = {"1m": (60, 1440), "1h": (24, 168), "1d": (7, 31)}
-GROUPS = ("project_id", "api_key_id", "model")
+GROUPS = ("project_id", "api_key_id", "model", "batch")
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,7 @@ class UsageQuery:
     api_key_ids: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
     limit: int | None = None
+    batch: bool | None = None  # only batch work (True), only the rest (False), or both
 
     @classmethod
     def parse(cls, params: Any) -> "UsageQuery":
@@ -45,7 +46,7 @@ class UsageQuery:
             raise RequestError(f"limit is 1 to {PAGE_SIZES[width][1]} for bucket_width {width}.", param="limit")
         page = _seconds(params, "page")
         return cls(max(start, page or start), end, width, groups, _list(params, "project_ids"),
-                   _list(params, "api_key_ids"), _list(params, "models"), limit)
+                   _list(params, "api_key_ids"), _list(params, "models"), limit, _flag(params, "batch"))
 
     def buckets(self, now: float) -> list[tuple[int, int]]:
         """The (start, end) of each bucket on this page: aligned to the width, from the start's bucket on."""
@@ -58,13 +59,14 @@ class UsageQuery:
     def keeps(self, record: UsageRecord) -> bool:
         return ((not self.project_ids or record.project in self.project_ids)
                 and (not self.api_key_ids or record.api_key_id in self.api_key_ids)
-                and (not self.models or record.model in self.models))
+                and (not self.models or record.model in self.models)
+                and (self.batch is None or record.batch is self.batch))
 
 
 def usage_page(query: UsageQuery, records: Iterable[UsageRecord], now: float) -> dict[str, Any]:
     """The page of buckets, each with one result per group (one for all, with no group_by)."""
     buckets = query.buckets(now)
-    sums: dict[tuple[int, tuple[str | None, ...]], dict[str, int]] = {}
+    sums: dict[tuple[int, tuple[str | bool | None, ...]], dict[str, int]] = {}
     width = WIDTHS[query.width]
     for record in records:
         if not query.keeps(record):
@@ -76,7 +78,8 @@ def usage_page(query: UsageQuery, records: Iterable[UsageRecord], now: float) ->
             counts[name] += getattr(record, field)
     data = [{"object": "bucket", "start_time": start, "end_time": end,
              "results": [_result(query.group_by, group, counts) for (at, group), counts in sorted(
-                 sums.items(), key=lambda item: (item[0][0], [value or "" for value in item[0][1]])) if at == start]}
+                 sums.items(), key=lambda item: (item[0][0], [str(value or "") for value in item[0][1]]))
+                 if at == start]}
             for start, end in buckets]
     end = query.end if query.end is not None else int(now) + 1
     more = bool(buckets) and buckets[-1][1] < end
@@ -96,14 +99,16 @@ _COUNT_FIELDS = {"input_tokens": "input_tokens", "output_tokens": "output_tokens
                  "reasoning_tokens": "output_reasoning_tokens"}
 
 
-def _result(groups: tuple[str, ...], values: tuple[str | None, ...], counts: dict[str, int]) -> dict[str, Any]:
+def _result(groups: tuple[str, ...], values: tuple[str | bool | None, ...], counts: dict[str, int]) -> dict[str, Any]:
     grouped = dict(zip(groups, values))
     return {"object": "organization.usage.completions.result", **counts, "input_audio_tokens": 0,
             "output_audio_tokens": 0, "project_id": grouped.get("project_id"), "user_id": None,
-            "api_key_id": grouped.get("api_key_id"), "model": grouped.get("model"), "batch": None}
+            "api_key_id": grouped.get("api_key_id"), "model": grouped.get("model"), "batch": grouped.get("batch")}
 
 
-def _group_value(record: UsageRecord, group: str) -> str | None:
+def _group_value(record: UsageRecord, group: str) -> str | bool | None:
+    if group == "batch":
+        return record.batch
     if group == "project_id":
         return record.project
     if group == "api_key_id":
@@ -124,6 +129,15 @@ def _seconds(params: Any, name: str, required: bool = False) -> int | None:
     if number < 0:
         raise RequestError(f"{name} is a whole number of at least 0.", param=name)
     return number
+
+
+def _flag(params: Any, name: str) -> bool | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if value not in ("true", "false"):
+        raise RequestError(f"{name} is true or false.", param=name)
+    return value == "true"
 
 
 def _list(params: Any, name: str) -> tuple[str, ...]:
