@@ -196,7 +196,7 @@ def test_an_abandoned_stream_leaves_no_request_running_on_any_worker(fleet: Flee
 
 def _long_stream(base_url: str, **body: Any) -> str:
     """A JSON answer the grammar keeps going to its budget; its final status."""
-    events = _stream(base_url, model=SMOL, input="Count from 1 to 1000.", text=LONG_JSON, **body)
+    events = _stream(base_url, **{"model": SMOL, "input": "Count from 1 to 1000.", "text": LONG_JSON, **body})
     return events[-1]["response"]["status"]
 
 
