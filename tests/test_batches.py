@@ -188,3 +188,24 @@ def test_another_projects_batch_is_a_missing_one(store_url: str, tokenizer: Any)
         with pytest.raises(openai.NotFoundError):  # nor can beta run alpha's file
             beta.batches.create(input_file_id=file_id, endpoint="/v1/responses", completion_window="24h")
         assert alpha.batches.retrieve(batch.id).status == "completed"
+
+
+def test_batch_lines_step_aside_for_an_interactive_turn_and_run_again(store_url: str, tokenizer: Any) -> None:
+    """The lines running when an interactive turn arrives are stopped (their engine requests aborted) and run again
+    later: the turn has the engine to itself, and the batch still answers every line once."""
+    with _server(store_url, tokenizer, step_delay=0.2) as (url, engine):
+        alpha = _client(url, "alpha")
+        batch = alpha.batches.create(input_file_id=_upload(alpha, [_line(f"q{n}") for n in range(6)]),
+                                     endpoint="/v1/responses", completion_window="24h")
+        deadline = time.monotonic() + 30
+        while len(engine.requests) < 2:  # two lines at once
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        lines_running = {request.request_id for request in engine.requests}
+        turn = alpha.responses.create(model=MODEL, input="Hello?")
+        assert turn.status == "completed"
+        assert lines_running <= set(engine.aborted), "the lines running stepped aside"
+        done = _ended(alpha, batch.id)
+        assert done.status == "completed" and done.request_counts is not None
+        assert (done.request_counts.completed, done.request_counts.failed) == (6, 0)
+        assert sorted(line["custom_id"] for line in _lines_of(alpha, done.output_file_id)) == [f"q{n}" for n in range(6)]

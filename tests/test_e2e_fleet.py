@@ -259,6 +259,28 @@ def test_a_hot_key_spills_to_the_next_worker_and_a_cap_queues_the_rest(
         gateway.stop()
 
 
+def test_a_batch_runs_behind_interactive_work_spread_over_the_workers(fleet: Fleet) -> None:
+    """A batch on the gateway: its lines (each its own placement) spread over the model's two workers, sent at the
+    batch priority, every one answered once in the output file."""
+    import io
+
+    client = fleet.gateway.client
+    lines = "".join(json.dumps({"custom_id": f"b{n}", "method": "POST", "url": "/v1/responses",
+                                "body": {"model": SMOL, "input": f"Name the number {n}.", "max_output_tokens": 4,
+                                         "store": False}}) + "\n" for n in range(8))
+    before = _served(fleet.smol)
+    file_id = client.files.create(file=("lines.jsonl", io.BytesIO(lines.encode())), purpose="batch").id
+    batch = client.batches.create(input_file_id=file_id, endpoint="/v1/responses", completion_window="24h")
+    deadline = time.monotonic() + 300
+    while (done := client.batches.retrieve(batch.id)).status not in ("completed", "failed"):
+        assert time.monotonic() < deadline, done
+        time.sleep(0.5)
+    assert done.status == "completed" and done.request_counts is not None and done.request_counts.completed == 8
+    output = client.files.content(done.output_file_id or "").text.splitlines()
+    assert sorted(json.loads(line)["custom_id"] for line in output) == sorted(f"b{n}" for n in range(8))
+    assert all(count >= 1 for count in _served_since(fleet.smol, before, 8))  # both workers ran some
+
+
 def test_codex_runs_a_turn_on_the_fleet(fleet: Fleet, codex: Path, tmp_path: Path) -> None:
     run = run_codex(codex, fleet.gateway.base_url, SMOL, tmp_path, "Say hello in one word.", catalog=True)
     events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]

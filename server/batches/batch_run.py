@@ -2,10 +2,12 @@
 when the server has room, the output and error files written, the batch ended.
 
 A line runs as a request of the batch's caller (`POST /v1/responses`'s own code, through `answer`), at the lowest
-engine priority; a new line starts only while the process runs fewer than `yield_above` interactive responses, and
-at most `lines_at_once` of a batch and of a project at once. A line answered 429 or 503 (no room, no worker up) is
-tried again later, not kept; any other answer is kept once. Cancel stops new lines at once; the lines running finish
-and are kept. A batch past its window ends `expired`, its lines not run in the error file as `batch_expired`.
+engine priority, in the server's idle time: a new line starts only while the process runs fewer than `yield_above`
+interactive responses, and when one more arrives the lines running step aside (each is stopped, its engine request
+aborted, and run again later); at most `lines_at_once` of a batch and of a project run at once. A line answered 429
+or 503 (no room, no worker up) is tried again later, not kept; any other answer is kept once. Cancel stops new lines
+at once; the lines running finish and are kept. A batch past its window ends `expired`, its lines not run in the
+error file as `batch_expired`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ logger = logging.getLogger(__name__)
 LineAnswer = Callable[[Caller, dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
 RETRIED = (429, 503)  # answers that say "not now": the line is tried again, not kept
 RETRY_SECONDS = 2.0
+TICK_SECONDS = 0.05  # how often a batch looks whether interactive work arrived (a look costs no store read)
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class BatchSettings:
     """How much of a server batches may take, and how often a runner looks."""
 
     lines_at_once: int = 4  # lines of one batch, and of one project, running at once in one process
-    yield_above: int = 2  # no new line starts while the process runs this many interactive responses
+    yield_above: int = 1  # while the process runs this many interactive responses, batch lines step aside
     poll_seconds: float = 0.5  # how often a runner looks for room, a cancel, or a batch to run
     max_input_bytes: int = 200 * 1024 * 1024  # OpenAI's largest batch input file
 
@@ -49,9 +52,12 @@ class Room:
     settings: BatchSettings
     lines: dict[str, int] = field(default_factory=dict)  # project -> its lines running here
 
+    def yielding(self) -> bool:
+        """Whether batch lines step aside now: interactive work runs."""
+        return self.interactive() >= self.settings.yield_above
+
     def has_room(self, project: str) -> bool:
-        return (self.interactive() < self.settings.yield_above
-                and self.lines.get(project, 0) < self.settings.lines_at_once)
+        return not self.yielding() and self.lines.get(project, 0) < self.settings.lines_at_once
 
     def take(self, project: str) -> None:
         self.lines[project] = self.lines.get(project, 0) + 1
@@ -72,6 +78,7 @@ class BatchRun:
     served: Callable[[str], bool]
     clock: Callable[[], float] = time.time
     lost: bool = False  # the lease went to another replica: stop, keep nothing more
+    stepped_aside: int = 0  # lines stopped for interactive work (each run again)
 
     async def run(self) -> None:
         """Take the batch from where it stands to its end (or until its lease is lost)."""
@@ -115,28 +122,38 @@ class BatchRun:
         done = await self.batches.done_lines(self.batch)
         pending = [line for line in lines if line.index not in done]
         running: set[asyncio.Task[None]] = set()
-        ending = "finalizing"
+        ending, looked = "finalizing", 0.0
         try:
             while (pending or running) and not self.lost:
-                if await self._cancelling():
-                    ending = "cancelling"
-                    pending = []
-                elif self._now() >= self.batch.expires_at:
-                    await self._expire(pending)
-                    pending = []
+                if time.monotonic() - looked >= self.room.settings.poll_seconds:
+                    looked = time.monotonic()
+                    if await self._cancelling():
+                        ending = "cancelling"
+                        pending.clear()
+                    elif self._now() >= self.batch.expires_at:
+                        await self._expire(pending)
+                        pending.clear()
+                if running and ending != "cancelling" and self.room.yielding():
+                    await self._step_aside(running)
                 while pending and len(running) < self.room.settings.lines_at_once and self.room.has_room(
                         self.batch.project):
                     running.add(asyncio.create_task(self._line(pending.pop(0), pending)))
                 if running:
-                    finished, running = await asyncio.wait(running, timeout=self.room.settings.poll_seconds)
+                    _, running = await asyncio.wait(running, timeout=TICK_SECONDS)
                 else:
-                    await asyncio.sleep(self.room.settings.poll_seconds)
+                    await asyncio.sleep(TICK_SECONDS)
         finally:
-            for task in running:
-                task.cancel()
-            await asyncio.gather(*running, return_exceptions=True)
+            await self._step_aside(running)
         if not self.lost and ending == "finalizing":
             await self._save(self.batch.moved("finalizing", self._now()))
+
+    async def _step_aside(self, running: set[asyncio.Task[None]]) -> None:
+        """Stop the lines running (each goes back to the front of the pending lines, its answer dropped)."""
+        for task in running:
+            task.cancel()
+        self.stepped_aside += sum(not task.done() for task in running)
+        await asyncio.gather(*running, return_exceptions=True)
+        running.clear()
 
     async def _line(self, line: InputLine, pending: list[InputLine]) -> None:
         """Run one line and keep its answer (one that says "not now" goes back to the end of `pending`)."""
@@ -144,6 +161,9 @@ class BatchRun:
         self.room.take(project)
         try:
             status, body = await self.answer(Caller(project, self.batch.api_key_id), line.body)
+        except asyncio.CancelledError:
+            pending.insert(0, line)  # stepped aside (or stopped): run again later, by whoever holds the batch
+            raise
         finally:
             self.room.give_back(project)
         if status in RETRIED:

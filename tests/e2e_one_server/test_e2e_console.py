@@ -221,10 +221,37 @@ def test_a_prompt_is_made_versioned_and_tried_from_the_page(page: Any, server: R
     screenshot(page, "prompts", tmp_path)
 
 
+def test_a_batchs_progress_and_answers_show_on_the_page(page: Any, server: RunningServer, tmp_path: Path) -> None:
+    """The Batches page (issue 65 item 5): the project's batch listed with its progress, and opened: each line's
+    answer as the output file holds it."""
+    import io
+
+    lines = "".join(json.dumps({"custom_id": f"ask-{n}", "method": "POST", "url": "/v1/responses",
+                                "body": {"model": MODEL, "input": f"Name a color, {n}.", "max_output_tokens": 8}})
+                    + "\n" for n in range(3))
+    file_id = server.client.files.create(file=("asks.jsonl", io.BytesIO(lines.encode())), purpose="batch").id
+    batch = server.client.batches.create(input_file_id=file_id, endpoint="/v1/responses", completion_window="24h")
+    page.goto(f"{origin(server)}/console/#/batches")
+    page.wait_for_selector(f"#bt-list tr[data-id='{batch.id}'] progress", timeout=WAIT_MS)
+    page.click(f"a[href='#/batches/{batch.id}']")
+    page.wait_for_selector("#bt-output tr[data-custom-id]", timeout=WAIT_MS)
+    done = server.client.batches.retrieve(batch.id)
+    assert done.status == "completed" and "3 / 3" in page.locator("#bt-summary").inner_text()
+    output = [json.loads(line) for line in server.client.files.content(done.output_file_id or "").text.splitlines()]
+    for line in output:
+        body = line["response"]["body"]
+        text = "".join(part["text"] for item in body["output"] if item["type"] == "message" for part in item["content"])
+        shown = page.locator(f"#bt-output tr[data-custom-id='{line['custom_id']}'] .answer").inner_text()
+        assert " ".join(text.split())[:50] in " ".join(shown.split()) and body["id"] in shown
+    saved = page.evaluate("fetch(document.getElementById('bt-output-file').href).then(answer => answer.text())")
+    assert saved.splitlines() == server.client.files.content(done.output_file_id or "").text.splitlines()
+    screenshot(page, "batches", tmp_path)
+
+
 @pytest.mark.parametrize("dark", [False, True], ids=["light", "dark"])
 def test_every_page_passes_the_accessibility_check(chrome: Any, server: RunningServer, dark: bool) -> None:
     pages = {"playground": "#pg-model option", "responses": "#rl-rows tr", "live": "#live-state",
-             "usage": "#usage-table tbody tr", "prompts": "#pr-list :is(table, p)"}
+             "usage": "#usage-table tbody tr", "prompts": "#pr-list :is(table, p)", "batches": "#bt-list :is(table, p)"}
     with console_page(chrome, origin(server), dark=dark) as page:
         for name, ready in pages.items():
             page.goto(f"{origin(server)}/console/#/{name}")

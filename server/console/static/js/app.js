@@ -1,6 +1,7 @@
 // The console's shell: the key dialog, the theme, and the page each `#/...` address shows.
 
 import { apiKey, setApiKey } from "./api.js";
+import * as batches from "./batches.js";
 import * as live from "./live.js";
 import * as playground from "./playground.js";
 import * as prompts from "./prompts.js";
@@ -18,6 +19,8 @@ const ROUTES = [
   [/^#\/usage$/, () => usage.render(main), "#/usage"],
   [/^#\/prompts\/([\w-]+)$/, (id) => prompts.render(main, id), "#/prompts"],
   [/^#\/prompts$/, () => prompts.render(main), "#/prompts"],
+  [/^#\/batches\/([\w-]+)$/, (id, signal) => batches.renderDetail(main, id, signal), "#/batches"],
+  [/^#\/batches$/, (_, signal) => batches.renderList(main, signal), "#/batches"],
   [/^/, () => playground.render(main), "#/playground"],
 ];
 
