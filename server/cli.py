@@ -134,8 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--batch-lines-at-once", type=int, default=BatchSettings.lines_at_once, metavar="N",
                         help="a batch's (and a project's) lines running at once in one process (default 4)")
     server.add_argument("--batch-yield-above", type=int, default=BatchSettings.yield_above, metavar="N",
-                        help="while this many interactive responses run in the process, batch lines step aside: "
-                             "none starts, and those running stop and run again later (default 1)")
+                        help="while this many interactive responses run in the process, no batch line starts "
+                             "(default 1: batches fill the idle time)")
+    server.add_argument("--batch-step-aside", action="store_true",
+                        help="and the batch lines running then stop (their engine requests aborted) to run again later")
     server.add_argument("--input-workers", type=int, default=WorkLimits.workers, metavar="N",
                         help="processes that read PDFs and decode images, off the event loop (default 2)")
     server.add_argument("--input-work-seconds", type=float, default=WorkLimits.seconds, metavar="SECONDS",

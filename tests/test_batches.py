@@ -42,12 +42,13 @@ def _projects() -> ProjectsFile:
 
 
 @contextmanager
-def _server(store_url: str, tokenizer: Any, step_delay: float = 0.0) -> Iterator[tuple[str, ScriptedEngine]]:
+def _server(store_url: str, tokenizer: Any, step_delay: float = 0.0,
+            step_aside: bool = False) -> Iterator[tuple[str, ScriptedEngine]]:
     answer = steps_from_tokens(tokenizer.encode("Paris is the capital.", add_special_tokens=False)
                                + [tokenizer.eos_token_id], cuts=[1, 3])
     engine = ScriptedEngine(tokenizer=tokenizer, scripts=[answer], step_delay=step_delay)
     config = ServerConfig(served_model_name=MODEL, projects=_projects(),
-                          batches=BatchSettings(lines_at_once=2, poll_seconds=0.05))
+                          batches=BatchSettings(lines_at_once=2, poll_seconds=0.05, step_aside=step_aside))
     context = ServingContext(config=config, engine_factory=lambda: engine, records=open_url(store_url))
     with serve_in_thread(create_app(context)) as url:
         yield url, engine
@@ -191,9 +192,10 @@ def test_another_projects_batch_is_a_missing_one(store_url: str, tokenizer: Any)
 
 
 def test_batch_lines_step_aside_for_an_interactive_turn_and_run_again(store_url: str, tokenizer: Any) -> None:
-    """The lines running when an interactive turn arrives are stopped (their engine requests aborted) and run again
-    later: the turn has the engine to itself, and the batch still answers every line once."""
-    with _server(store_url, tokenizer, step_delay=0.2) as (url, engine):
+    """With `--batch-step-aside`, the lines running when an interactive turn arrives are stopped (their engine
+    requests aborted) and run again later: the turn has the engine to itself, and the batch still answers every line
+    once."""
+    with _server(store_url, tokenizer, step_delay=0.2, step_aside=True) as (url, engine):
         alpha = _client(url, "alpha")
         batch = alpha.batches.create(input_file_id=_upload(alpha, [_line(f"q{n}") for n in range(6)]),
                                      endpoint="/v1/responses", completion_window="24h")

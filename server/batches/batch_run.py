@@ -3,8 +3,8 @@ when the server has room, the output and error files written, the batch ended.
 
 A line runs as a request of the batch's caller (`POST /v1/responses`'s own code, through `answer`), at the lowest
 engine priority, in the server's idle time: a new line starts only while the process runs fewer than `yield_above`
-interactive responses, and when one more arrives the lines running step aside (each is stopped, its engine request
-aborted, and run again later); at most `lines_at_once` of a batch and of a project run at once. A line answered 429
+interactive responses (with `step_aside`, when one more arrives the lines running stop, their engine requests
+aborted, to run again later); at most `lines_at_once` of a batch and of a project run at once. A line answered 429
 or 503 (no room, no worker up) is tried again later, not kept; any other answer is kept once. Cancel stops new lines
 at once; the lines running finish and are kept. A batch past its window ends `expired`, its lines not run in the
 error file as `batch_expired`.
@@ -39,7 +39,8 @@ class BatchSettings:
     """How much of a server batches may take, and how often a runner looks."""
 
     lines_at_once: int = 4  # lines of one batch, and of one project, running at once in one process
-    yield_above: int = 1  # while the process runs this many interactive responses, batch lines step aside
+    yield_above: int = 1  # while the process runs this many interactive responses, no batch line starts
+    step_aside: bool = False  # ...and those running stop, to run again later (else they finish, behind in priority)
     poll_seconds: float = 0.5  # how often a runner looks for room, a cancel, or a batch to run
     max_input_bytes: int = 200 * 1024 * 1024  # OpenAI's largest batch input file
 
@@ -133,7 +134,7 @@ class BatchRun:
                     elif self._now() >= self.batch.expires_at:
                         await self._expire(pending)
                         pending.clear()
-                if running and ending != "cancelling" and self.room.yielding():
+                if running and ending != "cancelling" and self.room.settings.step_aside and self.room.yielding():
                     await self._step_aside(running)
                 while pending and len(running) < self.room.settings.lines_at_once and self.room.has_room(
                         self.batch.project):
