@@ -8,7 +8,8 @@ stored, JSON not stored, and the 20th turn of a chain (`previous_response_id`, e
 same 19th response); vLLM's own `POST /v1/chat/completions` and `POST /v1/responses` (its `vllm serve`) on the same
 model with the same engine flags. Each arm's figure is the CPU seconds (user + system) of the process that listens,
 its engine core not counted (a child process), over its turns. With --profile, py-spy records our process under the
-JSON stored arm: a flame graph (turn_cost-profile.svg) and the CPU by phase. Writes turn_cost.json.
+JSON stored arm (samples holding the GIL: Python at work, not the loop waiting): a flame graph
+(turn_cost-profile.svg) and the CPU by phase (`--rounds 0`: the profile alone). Writes turn_cost.json.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def profile(arms: Arms, pid: int, out: Path, turns: int) -> dict[str, float]:
     """py-spy on our process while the JSON stored arm runs: the flame graph, and the share of samples by phase."""
     raw = out / "turn_cost-profile.txt"
     spies = [subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--rate",
-                               "250", "--format", kind, "-o", str(path), "--nonblocking"],
+                               "250", "--format", kind, "-o", str(path), "--nonblocking", "--gil"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for kind, path in (("raw", raw), ("flamegraph", out / "turn_cost-profile.svg"))]
     time.sleep(2)
@@ -178,14 +179,15 @@ def main() -> None:
         report: dict[str, Any] = {"turns_per_arm_per_round": args.turns, "rounds": args.rounds,
                                   "cpu_ms_per_turn": {name: [value * 1000 for value in values]
                                                       for name, values in results.items()}}
-        chat = statistics.median(results["vLLM /v1/chat/completions"])
-        report["median_ms"] = {name: statistics.median(values) * 1000 for name, values in results.items()}
-        report["against_vllm_chat"] = {name: statistics.median(values) / chat for name, values in results.items()}
+        if results:
+            chat = statistics.median(results["vLLM /v1/chat/completions"])
+            report["median_ms"] = {name: statistics.median(values) * 1000 for name, values in results.items()}
+            report["against_vllm_chat"] = {name: statistics.median(values) / chat for name, values in results.items()}
         if args.profile:
             report["profile_share_by_phase"] = profile(arms, pids["ours"], args.out, 4 * args.turns)
     (args.out / "turn_cost.db").unlink(missing_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(report, indent=1))
-    for name in names:
+    for name in names if results else []:
         print(f"| {name} | {report['median_ms'][name]:.1f} ms | {report['against_vllm_chat'][name]:.2f}x |")
     if "profile_share_by_phase" in report:
         print(json.dumps(report["profile_share_by_phase"], indent=1))

@@ -211,3 +211,44 @@ def test_batch_lines_step_aside_for_an_interactive_turn_and_run_again(store_url:
         assert done.status == "completed" and done.request_counts is not None
         assert (done.request_counts.completed, done.request_counts.failed) == (6, 0)
         assert sorted(line["custom_id"] for line in _lines_of(alpha, done.output_file_id)) == [f"q{n}" for n in range(6)]
+
+
+def test_a_batch_past_its_window_expires_with_its_lines_not_run_in_the_error_file(store_url: str) -> None:
+    """A runner that takes a batch after its 24 hours (a clock a day on) runs none of its lines: the batch ends
+    `expired`, each line in the error file as `batch_expired`."""
+    import asyncio
+
+    from server.batches.batch_run import BatchRun, Room
+    from server.retrieval.files import StoredFile
+
+    async def scenario() -> None:
+        records = open_url(store_url)
+        batches = records.project_batches("alpha")
+        content = "".join(json.dumps(_line(f"q{n}")) + "\n" for n in range(3)).encode()
+        file = StoredFile("file-input", "alpha", "in.jsonl", "batch", len(content), int(time.time()))
+        await batches.files.save_file(file, [content])
+        batch = await batches.create({"input_file_id": file.id, "endpoint": "/v1/responses",
+                                      "completion_window": "24h"}, None)
+        claimed = await records.batches.claim("runner", 30.0, [])
+        assert claimed == (batch.id, "alpha")
+        answered: list[dict[str, Any]] = []
+
+        async def answer(_: Any, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+            answered.append(body)
+            return 200, {}
+
+        run = BatchRun(batches, batch, "runner", answer, Room(lambda: 0, BatchSettings(poll_seconds=0.01)),
+                       lambda model: True, clock=lambda: time.time() + 25 * 3600)
+        await run.run()
+        ended = await batches.get(batch.id)
+        assert ended is not None and ended.status == "expired" and ended.times.get("expired_at")
+        assert not answered and ended.output_file_id is None and ended.error_file_id is not None
+        found = await batches.files.file_content(ended.error_file_id, 1 << 20)
+        assert found is not None and found[1] is not None
+        lines = [json.loads(line) for line in found[1].decode().splitlines()]
+        assert [(line["custom_id"], line["error"]["code"]) for line in lines] == [
+            (f"q{n}", "batch_expired") for n in range(3)]
+        assert (ended.counts.completed, ended.counts.failed) == (0, 3)
+        await records.close()
+
+    asyncio.run(scenario())

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
@@ -113,8 +112,9 @@ def _request_of(raw: bytes) -> ResponsesRequest:
         raise from_validation_error(exc) from None
 
 
-def _json(stored: StoredRun) -> JSONResponse:
-    return JSONResponse(json.loads(stored.response().to_json(indent=None)), headers=stored.headers)
+def _json(stored: StoredRun) -> Response:
+    """The response as JSON, written once (pydantic's compact JSON is what JSONResponse would write of it)."""
+    return Response(stored.response().to_json(indent=None), media_type="application/json", headers=stored.headers)
 
 
 async def _sse_frames(stored: StoredRun) -> AsyncIterator[Any]:
