@@ -17,6 +17,7 @@ from server.store.database import StoreUnavailable
 
 logger = logging.getLogger(__name__)
 MAX_BATCHES = 2  # batches one process runs at once (each with its own lines at once)
+IDLE_POLLS = 4  # while no batch waits, the store is asked every this many polls (2 s by default)
 
 
 @dataclass
@@ -44,11 +45,13 @@ class BatchRunner:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _keep(self) -> None:
-        renewed = time.monotonic()
+        """Look for a batch every poll while one was found last time, every IDLE_POLLS polls while none was (a
+        server without batches reads the store a few times a minute, not twice a second)."""
+        renewed, idle = time.monotonic(), 0
         while True:
             try:
-                if len(self.running) < MAX_BATCHES:
-                    await self._take()
+                if len(self.running) < MAX_BATCHES and idle % IDLE_POLLS == 0:
+                    idle = 0 if await self._take() else idle
                 if time.monotonic() - renewed >= self.lease_seconds / 3:
                     renewed = time.monotonic()
                     await self._renew()
@@ -56,20 +59,23 @@ class BatchRunner:
                 pass  # the store logged why; tried again at the next tick
             except Exception:  # pragma: no cover - a runner must outlive any one batch's fault
                 logger.exception("the batch runner failed a round")
+            idle += 1
             await asyncio.sleep(self.room.settings.poll_seconds)
 
-    async def _take(self) -> None:
+    async def _take(self) -> bool:
+        """Take a batch to run (False: none is waiting)."""
         claimed = await self.records.claim(self.owner, self.lease_seconds, list(self.running))
         if claimed is None:
-            return
+            return False
         batch_id, project = claimed
         batches = self.batches(project)
         batch = await batches.get(batch_id)
         if batch is None:
-            return
+            return False
         run = BatchRun(batches, batch, self.owner, self.answer, self.room, self.served)
         task = asyncio.get_running_loop().create_task(self._run(run))
         self.running[batch_id] = (run, task)
+        return True
 
     async def _run(self, run: BatchRun) -> None:
         batch_id = run.batch.id
