@@ -45,13 +45,13 @@ class BatchRunner:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _keep(self) -> None:
-        """Look for a batch every poll while one was found last time, every IDLE_POLLS polls while none was (a
-        server without batches reads the store a few times a minute, not twice a second)."""
-        renewed, idle = time.monotonic(), 0
+        """Look for a batch every poll while it runs some, every IDLE_POLLS polls while it runs none (a server
+        without batches wakes for them a few times a minute, not twice a second)."""
+        renewed = time.monotonic()
         while True:
             try:
-                if len(self.running) < MAX_BATCHES and idle % IDLE_POLLS == 0:
-                    idle = 0 if await self._take() else idle
+                if len(self.running) < MAX_BATCHES:
+                    await self._take()
                 if time.monotonic() - renewed >= self.lease_seconds / 3:
                     renewed = time.monotonic()
                     await self._renew()
@@ -59,8 +59,8 @@ class BatchRunner:
                 pass  # the store logged why; tried again at the next tick
             except Exception:  # pragma: no cover - a runner must outlive any one batch's fault
                 logger.exception("the batch runner failed a round")
-            idle += 1
-            await asyncio.sleep(self.room.settings.poll_seconds)
+            idle = not self.running
+            await asyncio.sleep(self.room.settings.poll_seconds * (IDLE_POLLS if idle else 1))
 
     async def _take(self) -> bool:
         """Take a batch to run (False: none is waiting)."""

@@ -82,6 +82,7 @@ class BackgroundRuns:
     poll_seconds: float = 0.25  # how often cancel requests from other replicas are looked for
     live: dict[str, LiveResponse] = field(default_factory=dict)
     _keeper: asyncio.Task[None] | None = None
+    _started: asyncio.Event = field(default_factory=asyncio.Event)  # a response began here: the keeper looks again
 
     async def start(self, stored: StoredRun) -> LiveResponse:
         """Save the response as in progress under this replica's lease, then generate it detached from the request."""
@@ -93,6 +94,7 @@ class BackgroundRuns:
                 raise
         live = LiveResponse(stored)
         self.live[stored.response_id] = live
+        self._started.set()
         loop = asyncio.get_running_loop()
         live.task = loop.create_task(self._run(live))
         if stored.store is not None:
@@ -171,7 +173,7 @@ class BackgroundRuns:
         last_round = time.monotonic()
         reachable_since: float | None = time.monotonic() - self.lease_seconds
         while True:
-            await asyncio.sleep(self.poll_seconds)
+            await self._wait(last_round)
             try:
                 if self.live:
                     for response_id in await store.cancel_requests(self.owner):  # asked by the project's
@@ -186,6 +188,19 @@ class BackgroundRuns:
                     await self._retain(store)
             except StoreUnavailable:
                 reachable_since = None  # logged by the store; tried again at the next tick
+
+    async def _wait(self, last_round: float) -> None:
+        """Until the next look: a poll while responses run here (a cancel asked elsewhere is looked for), else the
+        next round or a response starting, whichever comes first (an idle server does not wake every poll)."""
+        if self.live:
+            await asyncio.sleep(self.poll_seconds)
+            return
+        self._started.clear()
+        until_round = max(self.poll_seconds, self.lease_seconds / 3 - (time.monotonic() - last_round))
+        try:
+            await asyncio.wait_for(self._started.wait(), until_round)
+        except asyncio.TimeoutError:
+            pass
 
     async def _retain(self, store: ResponseRecords) -> None:
         """Delete what the retention policy no longer keeps, a batch per transaction (never a running response)."""
