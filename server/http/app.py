@@ -20,6 +20,7 @@ from server.http.file_routes import upload_limits
 from server.http.limits import BodySizeLimit
 from server.metrics import watch_event_loop_lag
 from server.runs.context import ServingContext
+from server.store.database import StoreUnavailable
 from server.http.conversation_routes import router as conversation_router
 from server.http.routes import router
 from server.http.stored_routes import router as stored_router
@@ -37,6 +38,7 @@ def create_app(context: ServingContext) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await _open_store(context)
         context.start()
         await context.authenticator.start()
         if context.records is not None:
@@ -104,6 +106,19 @@ def create_app(context: ServingContext) -> FastAPI:
     app.include_router(websocket_router)
     console.install(app)
     return app
+
+
+async def _open_store(context: ServingContext) -> None:
+    """The store's connection, then the vector index's, opened one after the other before anything shares the file
+    (server/retrieval/sqlite_index.py says why); a store that cannot open now is served as unavailable, as ever."""
+    if context.records is None:
+        return
+    try:
+        await context.records.database.run("open", lambda db: None)
+        if context.retrieval is not None:
+            await context.retrieval.ready()
+    except StoreUnavailable:
+        pass  # the store logged why; stored routes answer 503 until it recovers
 
 
 def forwarder(context: ServingContext) -> Forwarder | NoForwarding:

@@ -36,6 +36,9 @@ class Ranked:
 class VectorIndex(Protocol):
     """Where vector stores live: SQLite (sqlite-vec and FTS5) or PostgreSQL."""
 
+    async def ready(self) -> None:
+        """Open the index's connection now (before other work shares its database file)."""
+
     async def create_store(self, store: VectorStore) -> None: ...
 
     async def get_store(self, store_id: str, project: str) -> VectorStore | None:

@@ -59,6 +59,9 @@ class PostgresIndex:
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
 
+    async def ready(self) -> None:
+        """Nothing to open ahead: connections come from the pool."""
+
     async def close(self) -> None:
         await self._pool.close()
 

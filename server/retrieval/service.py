@@ -88,6 +88,10 @@ class Retrieval:
                               settings.concurrency)
         return cls(index, embeddings, ingestion, Searcher(index, embeddings))
 
+    async def ready(self) -> None:
+        """The index open (server/retrieval/sqlite_index.py says why it is opened first)."""
+        await self.index.ready()
+
     def start(self) -> None:
         self.ingestion.start()
 

@@ -67,6 +67,13 @@ class SqliteIndex:
         migrate_file(connection, self.migrations, self.busy_timeout)
         return connection
 
+    async def ready(self) -> None:
+        """Open the connection now. Its module is another build of SQLite than the store's, in the same process: the
+        two do not see each other's locks, so the one that opens second resets the file's shared memory as if it
+        were alone. Opened at start, one after the other and before anything else uses the file, neither is using
+        it then (a store access during that reset was a SIGBUS)."""
+        await self._run(lambda db: None)
+
     async def close(self) -> None:
         def close(db: Any) -> None:
             db.close()
