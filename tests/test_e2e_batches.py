@@ -15,7 +15,7 @@ from server.engine.recording import Recording
 from tests.servers import RunningServer
 
 LEASE_SECONDS = 3
-LINES = 600
+LINES = 300
 
 
 def _server(tmp_path: Path, name: str) -> RunningServer:

@@ -211,7 +211,7 @@ def test_a_stateless_session_without_a_key_keeps_its_worker_while_the_other_is_i
                                                   max_output_tokens=8, temperature=0)
     with ThreadPoolExecutor(1) as pool:
         busy = pool.submit(_long_stream, fleet.gateway.base_url, instructions=instructions, input=history,
-                           store=False, max_output_tokens=160)
+                           store=False, max_output_tokens=96)
         _running_on(fleet.smol)  # the session's worker is busy now, the other idle
         history += [{"role": "assistant", "content": first.output_text or "Paris."},
                     {"role": "user", "content": "And one in Spain?"}]
@@ -234,9 +234,9 @@ def test_a_hot_key_spills_to_the_next_worker_and_a_cap_queues_the_rest(
     try:
         before = _served(fleet.smol)
         with ThreadPoolExecutor(2) as pool:
-            first = pool.submit(_long_stream, gateway.base_url, prompt_cache_key="hot", max_output_tokens=120)
+            first = pool.submit(_long_stream, gateway.base_url, prompt_cache_key="hot", max_output_tokens=64)
             _running_on(fleet.smol)  # the key's worker runs it: the next of the same key finds it busy
-            second = pool.submit(_long_stream, gateway.base_url, prompt_cache_key="hot", max_output_tokens=120)
+            second = pool.submit(_long_stream, gateway.base_url, prompt_cache_key="hot", max_output_tokens=64)
             assert [first.result(), second.result()] == ["incomplete", "incomplete"]
         assert _served_since(fleet.smol, before, 2) == [1, 1]
 
@@ -248,7 +248,7 @@ def test_a_hot_key_spills_to_the_next_worker_and_a_cap_queues_the_rest(
         before = _served(fleet.smol)
         most = 0
         with ThreadPoolExecutor(3) as pool:
-            runs = [pool.submit(_long_stream, gateway.base_url, prompt_cache_key="hot", max_output_tokens=120)
+            runs = [pool.submit(_long_stream, gateway.base_url, prompt_cache_key="hot", max_output_tokens=64)
                     for _ in range(3)]
             while not all(run.done() for run in runs):
                 most = max(most, *(worker.metric("vllm:num_requests_running") for worker in fleet.smol))
