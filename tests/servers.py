@@ -135,3 +135,14 @@ def through(server: RunningServer, process: int) -> httpx.Client:
 
 def sdk(client: httpx.Client) -> OpenAI:
     return OpenAI(base_url=str(client.base_url), api_key="unused", max_retries=0, http_client=client)
+
+
+def replayed_server(tmp_path: Path, name: str, lease_seconds: int) -> RunningServer:
+    """A server whose chat model is replayed (one recorded answer for every request), on `tmp_path`'s data
+    directory: started again under another name, it is the same store, as a restarted server is."""
+    from server.engine.recording import Recording
+
+    recording = tmp_path / "answer.jsonl"
+    recording.write_text(Recording([], [[2]], "stop").to_json() + "\n")
+    return RunningServer(["--replay-engine-output", str(recording), "--lease-seconds", str(lease_seconds)],
+                         tmp_path / f"{name}.log", data_dir=tmp_path / "data")

@@ -11,23 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from server.engine.recording import Recording
-from tests.servers import RunningServer
+from tests.servers import replayed_server
 
 LEASE_SECONDS = 3
 LINES = 300
 
 
-def _server(tmp_path: Path, name: str) -> RunningServer:
-    recording = tmp_path / "answer.jsonl"
-    recording.write_text(Recording([], [[2]], "stop").to_json() + "\n")
-    return RunningServer(["--replay-engine-output", str(recording), "--lease-seconds", str(LEASE_SECONDS)],
-                         tmp_path / f"{name}.log", data_dir=tmp_path / "data")
-
-
 @pytest.mark.e2e
 def test_a_batch_killed_midway_completes_after_a_restart_with_every_line_once(tmp_path: Path) -> None:
-    first = _server(tmp_path, "killed")
+    first = replayed_server(tmp_path, "killed", LEASE_SECONDS)
     try:
         client = first.client
         model = client.models.list().data[0].id
@@ -43,7 +35,7 @@ def test_a_batch_killed_midway_completes_after_a_restart_with_every_line_once(tm
     finally:
         first.kill()
     assert seen.status == "in_progress" and seen.request_counts.completed < LINES  # type: ignore[union-attr]
-    second = _server(tmp_path, "restarted")
+    second = replayed_server(tmp_path, "restarted", LEASE_SECONDS)
     try:
         client = second.client
         deadline = time.monotonic() + 300

@@ -10,22 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from server.engine.recording import Recording
-from tests.servers import RunningServer
+from tests.servers import replayed_server
 
 LEASE_SECONDS = 3
 
 
-def _server(tmp_path: Path, name: str) -> RunningServer:
-    recording = tmp_path / "answer.jsonl"  # nothing here generates: one answer stands in for the chat model
-    recording.write_text(Recording([], [[2]], "stop").to_json() + "\n")
-    return RunningServer(["--replay-engine-output", str(recording), "--lease-seconds", str(LEASE_SECONDS)],
-                         tmp_path / f"{name}.log", data_dir=tmp_path / "data")
-
-
 @pytest.mark.e2e
 def test_a_batch_killed_mid_ingestion_completes_after_a_restart(tmp_path: Path) -> None:
-    first = _server(tmp_path, "killed")
+    first = replayed_server(tmp_path, "killed", LEASE_SECONDS)
     try:
         client = first.client
         store = client.vector_stores.create(name="interrupted").id
@@ -38,7 +30,7 @@ def test_a_batch_killed_mid_ingestion_completes_after_a_restart(tmp_path: Path) 
         assert client.vector_stores.file_batches.retrieve(batch.id, vector_store_id=store).status == "in_progress"
     finally:
         first.kill()  # the embedding model is still starting: every file is in progress
-    second = _server(tmp_path, "restarted")
+    second = replayed_server(tmp_path, "restarted", LEASE_SECONDS)
     try:
         client = second.client
         deadline = time.monotonic() + 240

@@ -22,7 +22,7 @@ from server.batches.batch import Batch
 from server.batches.input_lines import InputLine, read_lines
 from server.batches.output_lines import EXPIRED, OutputFiles, answered, not_run
 from server.batches.project_batches import ProjectBatches
-from server.retrieval.files import StoredFile, new_file_id
+from server.retrieval.files import PART_BYTES, StoredFile, new_file_id
 from server.tenancy.keys import Caller
 
 logger = logging.getLogger(__name__)
@@ -216,8 +216,8 @@ class BatchRun:
             return None
         record = StoredFile(new_file_id(), self.batch.project, f"{self.batch.id}_{kind}.jsonl", "batch_output",
                             len(content), int(self._now()))
-        await self.batches.files.save_file(record, [content[start:start + (1 << 20)]
-                                                    for start in range(0, len(content), 1 << 20)])
+        await self.batches.files.save_file(record, [content[start:start + PART_BYTES]
+                                                    for start in range(0, len(content), PART_BYTES)])
         return record.id
 
     async def _save(self, batch: Batch) -> None:
