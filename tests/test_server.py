@@ -122,6 +122,19 @@ def test_non_streaming_equals_the_folded_stream(harness: Harness, tokenizer: Any
     assert harness.client.responses.create(model=MODEL, input="hi").output_text == ANSWER
 
 
+def test_only_a_json_answer_asks_for_its_output_whole(in_process_harness: Harness, tokenizer: Any) -> None:
+    """Nothing reads a JSON answer before its end: its engine request asks for the output in one step (vLLM makes
+    one output instead of one a step). A stream reads each step, and a run that a step may end early (a cap on
+    tool calls) reads them all too."""
+    harness = in_process_harness
+    harness.play(steps_from_tokens(answer_tokens(tokenizer), cuts=[2, 7]))
+    harness.raw_stream(input="hi")
+    assert harness.post(input="hi").json()["output"][0]["content"][0]["text"] == ANSWER
+    tool = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    assert harness.post(input="hi", tools=[tool], max_tool_calls=1).status_code == 200
+    assert [request.whole_output for request in harness.engine.requests[-3:]] == [False, True, False]
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cuts=st.lists(st.integers(1, 40), max_size=12))
 def test_any_step_grouping_gives_the_same_events(harness: Harness, tokenizer: Any, cuts: list[int]) -> None:

@@ -57,6 +57,9 @@ class EngineRequest:
     project: str = "default"  # whose request: a fleet's queue takes waiting requests in turn between projects
     # The W3C trace context of the span this request runs under (`traceparent`): the engine's own span joins it
     trace_headers: dict[str, str] | None = None
+    # Its reader takes the output only at its end (a JSON answer): an engine may give it in one step, not token by
+    # token (vLLM then makes one output for it instead of one a step)
+    whole_output: bool = False
 
 
 @dataclass(frozen=True)

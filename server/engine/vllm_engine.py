@@ -214,7 +214,7 @@ def _sampling_params(request: EngineRequest, vocab_size: int) -> Any:
     sampling = request.sampling
     options: dict[str, Any] = {
         "max_tokens": sampling.max_tokens,
-        "output_kind": RequestOutputKind.DELTA,
+        "output_kind": RequestOutputKind.FINAL_ONLY if request.whole_output else RequestOutputKind.DELTA,
         "detokenize": False,  # we decode incrementally ourselves, identically for live and replayed output
         "logprobs": sampling.logprobs,
     }

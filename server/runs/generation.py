@@ -121,6 +121,7 @@ class ResponseRun:
     # none takes then raises NotTaken, not a failed response; its caller sets this when nothing was sent yet
     hold_until_taken: bool = False
     admission: Callable[[], Awaitable[Slot]] | None = None  # see `queue_for`
+    read_at_end: bool = False  # nothing reads its events before its end (a JSON answer): see `_engine_request`
 
     output_tokens: int = 0
     cached_tokens: int = 0
@@ -417,7 +418,7 @@ class ResponseRun:
         closed = False  # the server ended the open custom call by its grammar (self.closing)
         first = True
         try:
-            async with aclosing(self.engine.generate(self.request)) as steps:
+            async with aclosing(self.engine.generate(self._engine_request())) as steps:
                 while (step := await self._next_step(steps)) is not None:
                     if self._held is not None:  # an engine took the request: the client is told from here on
                         for event in self._release_held():
@@ -472,6 +473,12 @@ class ResponseRun:
             logger.exception("response %s failed", self.builder.response_id)
             finished = Finished("error", error_message=GENERATION_FAILED)  # the log has the details
         self._pass_end = finished or Finished("error", error_message="the engine stopped without a finish reason")
+
+    def _engine_request(self) -> EngineRequest:
+        """The request, asking for its output whole when nothing reads it before its end and no step of it can
+        end the pass early (a tool call cap, a hosted call, a grammar's closing): the same output, one engine step."""
+        whole = self.read_at_end and self.max_tool_calls is None and self.hosted is None and self.closing is None
+        return replace(self.request, whole_output=True) if whole else self.request
 
     def _compaction_failure(self, exc: Exception) -> str:
         """What the client is told when the step before generation (an automatic compaction) failed."""

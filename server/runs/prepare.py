@@ -138,6 +138,7 @@ async def _stored_run(context: ServingContext, body: ResponsesRequest, caller: C
     keep_log = store is not None and (body.stream or body.background)  # the log is for stored streams
     mode = "background" if body.background else "stream" if body.stream else "json"
     mode = "websocket" if earlier is not None else mode
+    run.read_at_end = mode == "json"
     obfuscate = mode != "json" and (body.stream_options is None or body.stream_options.include_obfuscation)
     return StoredRun(run, store, input_items, body.previous_response_id, keep_event_log=keep_log,
                      background=body.background, conversation=link, mode=mode, obfuscate=obfuscate,
