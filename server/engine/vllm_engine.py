@@ -1,6 +1,7 @@
 """The engine adapter around vLLM's AsyncLLM, with vLLM's argument parser, tokenizer loading and multi-API-server launch.
 
-vLLM is imported here and in `server/paths/vllm_tool_parser.py` (vLLM's tool parsers), nowhere else.
+vLLM is imported here, in `server/engine/vllm_stats.py` (its Prometheus stat logger) and in
+`server/paths/vllm_tool_parser.py` (vLLM's tool parsers), nowhere else.
 """
 
 from __future__ import annotations
@@ -112,8 +113,12 @@ class VllmEngine:
         from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from server.engine.vllm_stats import ChangesOnlyStatLogger
+
         prepare_grammar_cache(args.create_model_config(), harmony)
-        return cls(AsyncLLM.from_engine_args(args, usage_context=UsageContext.OPENAI_API_SERVER))
+        uncache_settings()
+        return cls.started(AsyncLLM.from_engine_args(args, usage_context=UsageContext.OPENAI_API_SERVER,
+                                                     stat_loggers=[ChangesOnlyStatLogger]))
 
     @classmethod
     def connect(cls, args: argparse.Namespace, client_config: dict[str, Any]) -> "VllmEngine":
@@ -121,13 +126,26 @@ class VllmEngine:
         (inside a running event loop)."""
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        from server.engine.vllm_stats import ChangesOnlyStatLogger
+
         addresses = {key: value for key, value in client_config.items()
                      if key not in ("client_count", "client_index", "api_server_loads")}
         count, index = client_config["client_count"], client_config["client_index"]
+        uncache_settings()
         arguments, vllm_config = _server_config(args, count, index)
-        return cls(AsyncLLM.from_vllm_config(vllm_config=vllm_config, client_addresses=addresses,
-                                             client_count=count, client_index=index,
-                                             disable_log_stats=arguments.disable_log_stats))
+        return cls.started(AsyncLLM.from_vllm_config(vllm_config=vllm_config, client_addresses=addresses,
+                                                     client_count=count, client_index=index,
+                                                     stat_loggers=[ChangesOnlyStatLogger],
+                                                     disable_log_stats=arguments.disable_log_stats))
+
+    @classmethod
+    def started(cls, llm: Any) -> "VllmEngine":
+        """The engine over a started AsyncLLM. vLLM's settings from the environment are read once from here on (as
+        its engine core does, `enable_envs_cache`): its client would read two with `os.getenv` at every step."""
+        from vllm.envs import enable_envs_cache
+
+        enable_envs_cache()
+        return cls(llm)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineStep]:
         params = _sampling_params(request, self.vocab_size)
@@ -162,6 +180,14 @@ class VllmEngine:
 
     async def shutdown(self) -> None:
         self._llm.shutdown()
+
+
+def uncache_settings() -> None:
+    """vLLM's settings read from the environment as it is now, for an engine about to start (in a process that
+    started one before, they were cached: see `VllmEngine.started`)."""
+    from vllm.envs import disable_envs_cache
+
+    disable_envs_cache()
 
 
 def tokens_prompt(request: EngineRequest) -> Any:

@@ -162,11 +162,38 @@ def test_three_turns_across_a_restart(live: RunningServer, recording_file: Path,
 
 
 def test_metrics_show_ours_and_vllms(live: RunningServer) -> None:
-    live.client.responses.create(model=MODEL, input=QUESTION, temperature=0, max_output_tokens=8)
+    """vLLM's metrics count what the engine did (its stat logger skips only the writes that change nothing), in a
+    JSON answer (its output asked for whole) and while a stream runs."""
+    before = _vllm_metrics(live)
+    answer = live.client.responses.create(model=MODEL, input=QUESTION, temperature=0, max_output_tokens=8)
     text = httpx.get(f"http://127.0.0.1:{live.port}/metrics", timeout=10).text
     ours = [line for line in text.splitlines() if line.startswith("responses_server_responses_total{")]
     assert ours and all(float(line.rsplit(" ", 1)[1]) >= 1 for line in ours)
-    assert "vllm:generation_tokens_total" in text and "vllm:time_to_first_token_seconds_bucket" in text
+    assert "vllm:time_to_first_token_seconds_bucket" in text
+    after = _vllm_metrics(live)
+    assert answer.usage is not None
+    assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] == answer.usage.output_tokens
+    assert after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"] == answer.usage.input_tokens
+    assert after["vllm:request_success_total"] - before["vllm:request_success_total"] == 1
+    assert after["vllm:num_requests_running"] == 0
+    with httpx.stream("POST", f"{live.base_url}/responses", timeout=300, json={
+            "model": MODEL, "input": QUESTION, "stream": True, "max_output_tokens": 64, "temperature": 0}) as stream:
+        lines = stream.iter_lines()
+        running = next(_vllm_metrics(live)["vllm:num_requests_running"] for line in lines
+                       if "output_text.delta" in line)
+        for _ in lines:
+            pass
+    assert running == 1 and _vllm_metrics(live)["vllm:num_requests_running"] == 0
+
+
+def _vllm_metrics(live: RunningServer) -> dict[str, float]:
+    """vLLM's series at /metrics, each summed over its labels."""
+    sums: dict[str, float] = {}
+    for line in httpx.get(f"http://127.0.0.1:{live.port}/metrics", timeout=10).text.splitlines():
+        if line.startswith("vllm:"):
+            name, value = line.split("{", 1)[0].split(" ", 1)[0], float(line.rsplit(" ", 1)[1])
+            sums[name] = sums.get(name, 0.0) + value
+    return sums
 
 
 def test_the_check_passes_on_the_bundled_model(live: RunningServer) -> None:
