@@ -26,10 +26,18 @@ def encode_stored(data: str) -> bytes:
     return sse_frame(json.loads(data)["type"], data)
 
 
+# Line breaks to str.splitlines, and so to httpx's `iter_lines` (many an SSE reader's), that compact JSON writes as
+# they are: a frame holding one would reach such a reader cut in two. Escaped, the JSON says the same.
+_UNICODE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
 def sse_frame(event_type: str, data: str) -> bytes:
     """Exactly the bytes of sse-starlette's `ServerSentEvent(data, event=event_type, sep="\\n").encode()`, without its
     per-line splitting: compact JSON holds no line break (it escapes them) and an event type holds none, so the frame
-    is always these two lines (tests/test_sse_frames.py checks the equality on arbitrary text)."""
+    is always these two lines (tests/test_sse_frames.py checks the equality on arbitrary text). The Unicode line
+    breaks that JSON leaves as they are (U+0085, U+2028, U+2029) are escaped."""
+    if "\x85" in data or "\u2028" in data or "\u2029" in data:
+        data = data.translate(_UNICODE_BREAKS)
     return f"event: {event_type}\ndata: {data}\n\n".encode()
 
 
