@@ -290,9 +290,9 @@ def test_failures_before_the_worker_answered_are_retried_on_the_peer_and_eject_i
             assert _deltas(fleet.stream(input="Where?", prompt_cache_key="k", max_output_tokens=100)) == ANSWER
         assert retries("status") == before + 2 and worker.condition.value == "ejected"  # the third: ejected first
         assert not fleet.workers[home].bodies  # none of it reached the worker
-        connections = proxy.connections
         assert fleet.stream(input="Where?", prompt_cache_key="k")[-1]["type"] == "response.completed"
-        assert proxy.connections == connections  # ejected: not tried
+        assert retries("status") == before + 2  # ejected: not tried (its 503 would be one more retry; the proxy's
+        # connections would count its health checks too, every 0.2 s here, which bring it back once its time is over)
 
 
 def test_a_request_no_worker_takes_is_the_clients_503_with_retry_after_and_nothing_is_stored(
@@ -773,7 +773,7 @@ def test_a_stateless_session_without_a_key_stays_on_the_worker_that_holds_its_pr
     its instructions and first user message, so its turns meet their prefix; other sessions spread."""
     fleet.play(SMALL, _answer(tokenizer, "Noted."))
     homes = []
-    for session in range(8):
+    for session in range(16):  # (each lands on either worker by its key's hash: all 16 on one, 1 in 32,768)
         history: list[dict[str, Any]] = [{"role": "user", "content": f"Session {session}: list the files."}]
         sent = []
         for turn in range(3):
