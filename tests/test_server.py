@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from openai import OpenAI
 
 from server.http.app import create_app
+from server.runs import prepare
 from server.runs.context import ServingContext
 from server.config import ServerConfig
 from server.engine.interface import EngineStep, StepLogprob
@@ -133,6 +135,38 @@ def test_only_a_json_answer_asks_for_its_output_whole(in_process_harness: Harnes
     tool = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
     assert harness.post(input="hi", tools=[tool], max_tool_calls=1).status_code == 200
     assert [request.whole_output for request in harness.engine.requests[-3:]] == [False, True, False]
+
+
+def test_schema_work_leaves_the_loop_only_for_a_schema(in_process_harness: Harness, tokenizer: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request's schema checks and its grammar run in a thread when it carries a schema (a tool's parameters, an
+    answer's json_schema), and at once when it carries none: a hand-off to a thread costs more than checking nothing."""
+    harness = in_process_harness
+    on_loop: list[bool] = []
+
+    def watched(work: Any) -> Any:
+        def run(*args: Any) -> Any:
+            on_loop.append(_loop_running())
+            return work(*args)
+        return run
+
+    monkeypatch.setattr(prepare, "check_schemas", watched(prepare.check_schemas))
+    monkeypatch.setattr(prepare, "_constraints", watched(prepare._constraints))
+    tool = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    answer = {"format": {"type": "json_schema", "name": "a", "schema": {"type": "object", "properties": {}}}}
+    for more, expected in (({}, [True, True]), ({"tools": [tool]}, [False, False]), ({"text": answer}, [False, False])):
+        on_loop.clear()
+        harness.play(steps_from_tokens(answer_tokens(tokenizer), cuts=[2]))
+        assert harness.post(input="hi", **more).status_code == 200
+        assert on_loop == expected, more
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

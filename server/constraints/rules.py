@@ -62,6 +62,12 @@ def output_rules(request: ResponsesRequest, table: ToolTable | None,
                        max_calls=max_calls, answer_budget=budget)
 
 
+def carries_schemas(request: ResponsesRequest) -> bool:
+    """Whether the request holds a schema to check and compile (a tool's parameters, an answer's json_schema)."""
+    answer_format = (request.text or {}).get("format")
+    return bool(request.tools) or (isinstance(answer_format, dict) and answer_format.get("type") == "json_schema")
+
+
 def check_schemas(request: ResponsesRequest) -> None:
     """The request's schemas (its answer's, its tools' parameters) are within the shape the server takes: checked
     before the prompt is rendered, which writes them out (a RequestError naming the schema else)."""

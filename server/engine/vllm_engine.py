@@ -242,6 +242,7 @@ def _sampling_params(request: EngineRequest, vocab_size: int) -> Any:
         "max_tokens": sampling.max_tokens,
         "output_kind": RequestOutputKind.FINAL_ONLY if request.whole_output else RequestOutputKind.DELTA,
         "detokenize": False,  # we decode incrementally ourselves, identically for live and replayed output
+        "skip_clone": True,  # made for this request alone: vLLM need not deep-copy it
         "logprobs": sampling.logprobs,
     }
     for key in (*SAMPLING_DEFAULT_KEYS, "presence_penalty", "frequency_penalty", "seed"):

@@ -10,14 +10,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, MutableMapping, TypeVar
 
 from openai.types.responses import Response, ResponseCompactionItem, ResponseOutputItem
 
 from server.history.references import resolved_references
 from server.history.codex_items import rendered_codex_items, without_image_tool
 from server.history.compaction import compacted_response, summary_request
-from server.constraints.rules import OutputRules, check_schemas, output_rules
+from server.constraints.rules import OutputRules, carries_schemas, check_schemas, output_rules
 from server.history.conversation import since_last_compaction, stored_input_items, validated_items, with_history
 from server.engine.interface import PENALTIES, SAMPLING_KEYS, EngineRequest, SamplingSettings
 from server.errors import DependencyFailed, GenerationFailed, RequestError
@@ -54,6 +54,8 @@ from server.service_tier import served_tier, tier_priority
 from streaming.builder import ResponseBuilder
 from streaming.items import ListedTools, ToolResult
 from streaming.outcome import Usage
+
+T = TypeVar("T")
 
 
 async def prepare_stored_run(context: ServingContext, body: ResponsesRequest, caller: Caller,
@@ -350,7 +352,7 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
     engine, path = model.engine, model.path
     conversation = without_image_tool(conversation, engine.input_modalities)
     params = checked_images(body, engine.input_modalities, fetched)  # before rendering: a bad image names its part
-    await asyncio.to_thread(check_schemas, conversation)  # before rendering, which writes them out; off the loop
+    await _schema_work(conversation, check_schemas, conversation)  # before rendering, which writes them out
     rendered = await rendered_prompt(context, model, conversation, keys)
     images = await decoded_images(rendered.images, params, context.work_pool, fetched,
                                   context.config.max_request_pixels)  # those the prompt kept
@@ -358,7 +360,7 @@ async def prepare_run(context: ServingContext, conversation: ResponsesRequest, b
     room = engine.max_model_len - len(prompt)
     cap = body.max_output_tokens or model.settings.default_max_output_tokens
     max_tokens = min(cap - spent if cap else room, room)
-    rules, structural_tag = await asyncio.to_thread(_constraints, path, conversation, rendered, max_tokens)
+    rules, structural_tag = await _schema_work(conversation, _constraints, path, conversation, rendered, max_tokens)
     logprobs = (body.top_logprobs or 0) if body.wants_logprobs() else None
     sampling = SamplingSettings(
         max_tokens=max_tokens,
@@ -436,6 +438,14 @@ def prompt_keys(body: ResponsesRequest, project: str, continuable: bool) -> Prom
     """Where a turn of `project` finds the prompt it extends, and files its own (`continuable`: under its
     response's id too, for a next turn naming it)."""
     return PromptKeys(project, body.previous_response_id, body.conversation, body.prompt_cache_key, continuable)
+
+
+async def _schema_work(request: ResponsesRequest, work: Callable[..., T], *args: Any) -> T:
+    """`work(*args)` on the request's schemas: in a thread when it carries one (checking and compiling a schema can
+    be heavy), at once when it carries none (handing nothing to a thread costs more, some 80 µs, than the work)."""
+    if carries_schemas(request):
+        return await asyncio.to_thread(work, *args)
+    return work(*args)
 
 
 def _constraints(path: ModelPath, conversation: ResponsesRequest, rendered: RenderedPrompt,
