@@ -1,6 +1,6 @@
 # `make serve`: set up and serve the bundled model on http://127.0.0.1:8000/v1 (pass flags with ARGS="...").
 # `make test`: set up and run the whole test suite (pass pytest flags with PYTEST_ARGS="...").
-# `make bench`: ours vs vLLM's server vs raw AsyncLLM in alternating rounds, the agent workload, render stability, the frontend's ceiling and the pipeline cost; then prefix-cache affinity across two replicas, long agent sessions' per-turn cost before and after incremental prompts, retrieval quality on the real embedding model, the agent workload on a fleet of two workers against the embedded engine and SGLang's gateway, a short turn's CPU beside vLLM's own frontend (with a profile), and a batch beside interactive agents (after setup).
+# `make bench`: ours vs vLLM's server vs raw AsyncLLM in alternating rounds, the agent workload, render stability, the frontend's ceiling and the pipeline cost; then prefix-cache affinity across two replicas, long agent sessions' per-turn cost before and after incremental prompts, retrieval quality on the real embedding model, the agent workload on a fleet of two workers against the embedded engine and SGLang's gateway, a short turn's CPU beside vLLM's own frontend (with a profile) and the floors under it, and a batch beside interactive agents (after setup).
 # `make profile`: py-spy's flame graph of the per-token pipeline (bench/results/pipeline-profile.svg).
 # `make docs`: build the docs site (build/docs-site, served at /guide/) in strict mode; setup does this too.
 # `make screenshots`: the console's browser tests, saving a screenshot of each page to docs/images/.
@@ -26,6 +26,7 @@ bench: setup
 	$(VENV)/bin/python bench/retrieval.py
 	$(VENV)/bin/python bench/fleet.py
 	$(VENV)/bin/python bench/turn_cost.py --profile
+	$(VENV)/bin/python bench/turn_floor.py
 	$(VENV)/bin/python bench/batches.py
 
 profile: setup
