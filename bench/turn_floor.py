@@ -6,8 +6,9 @@ Measured in one run, each as the CPU time of the process that serves it (from /p
 subtracted, as `bench/turn_cost.py` measures):
 - the HTTP stack: a FastAPI app doing nothing, on uvicorn as ours runs it (uvloop, httptools, the access log),
   answering a turn's JSON body (read, parsed) with a response's worth of JSON; streaming 256 small SSE events in one
-  response, back to back (CPU per event; the reader falls behind and the writes coalesce); and 64 events, one every
-  2 ms, as an engine's steps bring them (each its own loop wake-up and socket write);
+  response, back to back (CPU per event; uvloop writes what one loop turn sent in one system call); the same with a
+  loop turn between events (as bench/ceiling.py's replay engine steps: each event its own write); and 64 events, one
+  every 2 ms, as a live engine's steps bring them (each its own wake-up from the poll and its own write);
 - a thread hand-off (`asyncio.to_thread` of nothing, on uvloop), which the render, the store and vLLM's input
   processing each take once a turn;
 - vLLM's engine client per engine step: its own `vllm serve`, `POST /v1/chat/completions` at 1 and at 16 output
@@ -41,7 +42,7 @@ from bench.servers import Server  # noqa: E402
 from bench.turn_cost import FLAGS, VLLM, cpu, idle_rate, question  # noqa: E402
 
 EMPTY = 8734  # the FastAPI app that does nothing
-EVENTS = 256  # per streamed response of the empty app, written back to back (a slower reader coalesces them)
+EVENTS = 256  # per streamed response of the empty app (back to back: uvloop writes a loop turn's sends at once)
 PACED, PACE = 64, 0.002  # per paced response: one event every 2 ms, each written alone
 REPLY = {"id": "resp_" + "0" * 48, "object": "response", "status": "completed", "model": "m",
          "output": [{"type": "message", "id": "msg_" + "0" * 48, "role": "assistant", "status": "completed",
@@ -69,6 +70,18 @@ def empty_app() -> Any:
 
         async def frames() -> Any:
             for n in range(EVENTS):
+                yield f'event: response.output_text.delta\ndata: {{"type":"response.output_text.delta","n":{n}}}\n\n'
+        return StreamingResponse(frames(), media_type="text/event-stream")
+
+    @app.post("/v1/turned-events")
+    async def turned_events(request: Request) -> StreamingResponse:
+        """A loop turn between events, as the replay engine of bench/ceiling.py gives one: each event its own write
+        (uvloop coalesces the writes of one loop turn)."""
+        await request.json()
+
+        async def frames() -> Any:
+            for n in range(EVENTS):
+                await asyncio.sleep(0)
                 yield f'event: response.output_text.delta\ndata: {{"type":"response.output_text.delta","n":{n}}}\n\n'
         return StreamingResponse(frames(), media_type="text/event-stream")
 
@@ -211,6 +224,7 @@ def main() -> None:
 
         arms = {"empty app, JSON turn": (lambda n: plain.post("/answer", json=body).raise_for_status(), bare, 10),
                 f"empty app, {EVENTS} SSE events": (streamed("/events"), bare, 1),
+                f"empty app, {EVENTS} SSE events a loop turn apart": (streamed("/turned-events"), bare, 1),
                 f"empty app, {PACED} paced SSE events": (streamed("/paced-events"), bare, 1),
                 **{f"vLLM chat, {tokens} token{'s' if tokens > 1 else ''}{', streamed' if stream else ''}":
                    (chat(tokens, stream), other, 1) for tokens in (1, 16) for stream in (False, True)}}
@@ -230,6 +244,7 @@ def main() -> None:
         "cpu_ms": results, "median_ms": median,
         "http_json_turn_ms": median["empty app, JSON turn"],
         "http_sse_event_us": median[f"empty app, {EVENTS} SSE events"] / EVENTS * 1000,
+        "http_turned_sse_event_us": median[f"empty app, {EVENTS} SSE events a loop turn apart"] / EVENTS * 1000,
         "http_paced_sse_event_us": median[f"empty app, {PACED} paced SSE events"] / PACED * 1000,
         "thread_handoff_us": handoff_us(),
         "vllm_step_us": (median["vLLM chat, 16 tokens"] - median["vLLM chat, 1 token"]) / 15 * 1000,
