@@ -29,7 +29,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import httpx
 from fastapi import FastAPI, Request
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.servers import Server  # noqa: E402
-from bench.turn_cost import FLAGS, VLLM, cpu, idle_rate, question  # noqa: E402
+from bench.turn_cost import FLAGS, VLLM, measure, question  # noqa: E402
 
 EMPTY = 8734  # the FastAPI app that does nothing
 EVENTS = 256  # per streamed response of the empty app (back to back: uvloop writes a loop turn's sends at once)
@@ -66,37 +66,31 @@ def empty_app() -> Any:
 
     @app.post("/v1/events")
     async def events(request: Request) -> StreamingResponse:
+        """Back to back: uvloop writes what one loop turn sent in one system call."""
         await request.json()
-
-        async def frames() -> Any:
-            for n in range(EVENTS):
-                yield f'event: response.output_text.delta\ndata: {{"type":"response.output_text.delta","n":{n}}}\n\n'
-        return StreamingResponse(frames(), media_type="text/event-stream")
+        return StreamingResponse(_frames(EVENTS, None), media_type="text/event-stream")
 
     @app.post("/v1/turned-events")
     async def turned_events(request: Request) -> StreamingResponse:
-        """A loop turn between events, as the replay engine of bench/ceiling.py gives one: each event its own write
-        (uvloop coalesces the writes of one loop turn)."""
+        """A loop turn between events, as the replay engine of bench/ceiling.py gives one: each event its own write."""
         await request.json()
-
-        async def frames() -> Any:
-            for n in range(EVENTS):
-                await asyncio.sleep(0)
-                yield f'event: response.output_text.delta\ndata: {{"type":"response.output_text.delta","n":{n}}}\n\n'
-        return StreamingResponse(frames(), media_type="text/event-stream")
+        return StreamingResponse(_frames(EVENTS, 0), media_type="text/event-stream")
 
     @app.post("/v1/paced-events")
     async def paced_events(request: Request) -> StreamingResponse:
-        """One event a loop wake-up, as an engine step brings one: each its own write, none coalesced."""
+        """One event a wake-up from the poll, as a live engine's step brings one."""
         await request.json()
-
-        async def frames() -> Any:
-            for n in range(PACED):
-                await asyncio.sleep(PACE)
-                yield f'event: response.output_text.delta\ndata: {{"type":"response.output_text.delta","n":{n}}}\n\n'
-        return StreamingResponse(frames(), media_type="text/event-stream")
+        return StreamingResponse(_frames(PACED, PACE), media_type="text/event-stream")
 
     return app
+
+
+async def _frames(count: int, pause: float | None) -> AsyncIterator[str]:
+    """`count` delta events, `pause` seconds apart (None: no await between them)."""
+    for n in range(count):
+        if pause is not None:
+            await asyncio.sleep(pause)
+        yield f'event: response.output_text.delta\ndata: {{"type":"response.output_text.delta","n":{n}}}\n\n'
 
 
 def serve_empty(port: int) -> None:
@@ -176,15 +170,6 @@ def client_floor(rounds: int, turns: int) -> dict[str, float]:
     return uvloop.run(run())
 
 
-def measure(send: Callable[[int], None], pid: int, first: int, turns: int) -> float:
-    """CPU ms of `pid` per call over `turns` calls, less its idle CPU over as long."""
-    idle = idle_rate(pid)
-    before, start = cpu(pid), time.monotonic()
-    for n in range(first, first + turns):
-        send(n)
-    return (cpu(pid) - before - idle * (time.monotonic() - start)) / turns * 1000
-
-
 def main() -> None:
     options = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_argument("--turns", type=int, default=16)
@@ -235,9 +220,10 @@ def main() -> None:
         for index in range(args.rounds):
             for name in names[index % len(names):] + names[:index % len(names)]:
                 send, server, scale = arms[name]
-                results.setdefault(name, []).append(
-                    measure(send, server.process.pid, 1000 * index + 100 * names.index(name), args.turns * scale))
-            print(f"round {index + 1}: " + ", ".join(f"{name} {results[name][-1]:.2f} ms" for name in names), flush=True)
+                results.setdefault(name, []).append(1000 * measure(
+                    send, server.process.pid, 1000 * index + 100 * names.index(name), args.turns * scale))
+            print(f"round {index + 1}: " + ", ".join(f"{name} {results[name][-1]:.2f} ms" for name in names),
+                  flush=True)
     median = {name: statistics.median(values) for name, values in results.items()}
     floor = client_floor(args.rounds, args.turns)
     report = {
