@@ -62,7 +62,7 @@ class EngineRequest:
     whole_output: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StepLogprob:
     """Log probabilities for one generated token: the chosen one first, then the alternatives."""
 
@@ -71,9 +71,10 @@ class StepLogprob:
     top: tuple[tuple[int, float], ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class EngineStep:
-    """What one engine step produced for a request (one or several tokens)."""
+    """What one engine step produced for a request (one or several tokens); one is made per step, so it is slotted,
+    not frozen (parsers/deltas.py says why), and never changed once made."""
 
     token_ids: list[int]
     finish_reason: EngineFinish | None = None
