@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from random import randrange
 from typing import Any, AsyncIterator, Callable, MutableMapping
 
 from openai.types.responses import Response, ResponseFailedEvent, ResponseStreamEvent
@@ -98,7 +97,7 @@ class StoredRun:
             async for event in self.run.events():
                 data = event_json(event)
                 if self.obfuscate and event.type.endswith(".delta"):
-                    data = obfuscated(data, randrange(OFFSETS))
+                    data = obfuscated(data, event.sequence_number % OFFSETS)  # (padding hides a length, whatever its letters)
                 if self.keep_event_log:
                     self._log.append(data)
                 timing.observe(event.type)
