@@ -7,7 +7,7 @@ import string
 
 BLOCK = 32  # bytes: a delta event's JSON is padded to a multiple of this (a token's text is almost always shorter)
 _FIELD = ',"obfuscation":""'
-_FILLER = (string.ascii_letters + string.digits) * 2  # padding is a slice of this, from an offset the caller draws
+_FILLER = (string.ascii_letters + string.digits) * 2  # padding is a slice of this, from an offset the caller gives
 OFFSETS = len(_FILLER) // 2
 
 
