@@ -69,8 +69,9 @@ _TextDelta = ResponseTextDeltaEvent | ResponseReasoningTextDeltaEvent | Response
 
 
 def _text_delta_json(event: _TextDelta, logprobs: str) -> str:
-    """A text delta event's JSON, a quarter of the serializer's cost; `encode_basestring` is json's C string encoder,
-    which escapes exactly what pydantic-core does (tests/test_sse_frames.py checks the equality on arbitrary text)."""
+    """A text delta event's JSON, at about 40% of the serializer's cost (1.2 µs, not 3.1). `encode_basestring` is
+    json's C string encoder, which escapes exactly what pydantic-core does (tests/test_sse_frames.py checks the
+    equality on arbitrary text)."""
     return (f'{{"content_index":{event.content_index},"delta":{encode_basestring(event.delta)},'
             f'"item_id":{encode_basestring(event.item_id)}{logprobs},"output_index":{event.output_index},'
             f'"sequence_number":{event.sequence_number},"type":"{event.type}"}}')

@@ -19,7 +19,7 @@ from server.responses.project_store import ProjectStore
 from streaming.event_types import TERMINAL_EVENTS
 from streaming.response import WireResponse
 from server.tools.support import NOT_OFFERED_HEADER
-from streaming.obfuscation import OFFSETS, obfuscated
+from streaming.obfuscation import obfuscated
 from streaming.sse import event_json
 
 logger = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class StoredRun:
             async for event in self.run.events():
                 data = event_json(event)
                 if self.obfuscate and event.type.endswith(".delta"):
-                    data = obfuscated(data, event.sequence_number % OFFSETS)  # (padding hides a length, whatever its letters)
+                    data = obfuscated(data, event.sequence_number)
                 if self.keep_event_log:
                     self._log.append(data)
                 timing.observe(event.type)
