@@ -391,6 +391,7 @@ def test_faults_between_the_gateway_and_real_workers_retry_eject_and_move_stream
             while 'responses_server_engine_workers{model="' + SMOL + '"} 1.0' not in httpx.get(
                     f"{gateway.base_url.removesuffix('/v1')}/metrics").text and time.monotonic() < deadline:
                 time.sleep(0.5)
+            _wait_for_workers_up(gateway, 1)  # the worker the file names, back once its /health answers (if cut off)
             deadline = time.monotonic() + 60
             while any(worker.metric("vllm:num_requests_running") for worker in fleet.smol) and \
                     time.monotonic() < deadline:
@@ -445,18 +446,18 @@ def _resumed_on_the_peer(fleet: Fleet, fault: str) -> None:
     assert stored.status == final.status and stored.output_text == final.output_text  # what the client was told
 
 
-def _workers_up(fleet: Fleet) -> float:
+def _workers_up(gateway: RunningServer) -> float:
     """The gateway's own count of the bundled model's workers in rotation."""
-    text = httpx.get(f"{fleet.gateway.base_url.removesuffix('/v1')}/metrics", timeout=10).text
+    text = httpx.get(f"{gateway.base_url.removesuffix('/v1')}/metrics", timeout=10).text
     found = re.search(rf'^responses_server_engine_workers_up{{model="{re.escape(SMOL)}"}} (\S+)$', text, re.M)
     return float(found.group(1)) if found else -1.0
 
 
-def _wait_for_workers_up(fleet: Fleet, count: int) -> None:
+def _wait_for_workers_up(gateway: RunningServer, count: int) -> None:
     deadline = time.monotonic() + 120
-    while _workers_up(fleet) != count and time.monotonic() < deadline:
+    while _workers_up(gateway) != count and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _workers_up(fleet) == count
+    assert _workers_up(gateway) == count
 
 
 def test_a_stopped_worker_hands_its_stream_to_its_peer(fleet: Fleet) -> None:
@@ -464,7 +465,7 @@ def test_a_stopped_worker_hands_its_stream_to_its_peer(fleet: Fleet) -> None:
     and the peer goes on from the tokens already generated; the text seen before is a prefix of the final text.
     Then it is let go again, and comes back into rotation."""
     _resumed_on_the_peer(fleet, "stop")
-    _wait_for_workers_up(fleet, 2)
+    _wait_for_workers_up(fleet.gateway, 2)
 
 
 def test_a_constrained_stream_whose_worker_stops_ends_failed_as_the_client_was_told(fleet: Fleet) -> None:
@@ -486,7 +487,7 @@ def test_a_constrained_stream_whose_worker_stops_ends_failed_as_the_client_was_t
     assert events[-1]["type"] == "response.failed" and final.error is not None and final.error.message == WORKER_LOST
     stored = fleet.gateway.client.responses.retrieve(final.id)
     assert stored.status == "failed" and stored.error is not None and stored.error.message == WORKER_LOST
-    _wait_for_workers_up(fleet, 2)
+    _wait_for_workers_up(fleet.gateway, 2)
 
 
 def test_a_killed_worker_hands_its_stream_to_its_peer_then_a_model_with_none_is_503(fleet: Fleet) -> None:
