@@ -14,7 +14,7 @@ import io
 import json
 from contextlib import aclosing, contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 from server.engine.interface import EngineRequest, EngineStep, SamplingSettings
 
@@ -88,9 +88,10 @@ class ScaleOutWorker:
         gone = asyncio.ensure_future(_disconnected(receive))
         prompt_tokens, cached = len(request.prompt_token_ids), 0
         try:
+            interval = body["sampling_params"].get("stream_interval") or 1
             async with aclosing(self.engine.generate(request)) as steps:
                 try:
-                    async for step in steps:
+                    async for step in _by_interval(steps, interval):
                         if gone.done():
                             return  # the client left: closing the iterator aborts the engine's request
                         prompt_tokens = step.prompt_tokens or prompt_tokens
@@ -118,6 +119,24 @@ class ScaleOutWorker:
         finally:
             gone.cancel()
 
+
+
+async def _by_interval(steps: AsyncIterator[EngineStep], interval: int) -> AsyncIterator[EngineStep]:
+    """The engine's steps as vLLM's output processor sends them with a `stream_interval`: the first token's at once,
+    then one for every `interval` tokens, the last at once."""
+    pending: list[EngineStep] = []
+    sent = 0
+    async for step in steps:
+        if not step.token_ids and step.finish_reason is None and not pending:
+            yield step  # the engine took it: no token yet
+            continue
+        pending.append(step)
+        count = sum(len(one.token_ids) for one in pending)
+        if sent == 0 or count >= interval or step.finish_reason is not None:
+            yield EngineStep([token for one in pending for token in one.token_ids], step.finish_reason,
+                             max(one.cached_tokens for one in pending),
+                             [logprob for one in pending for logprob in one.logprobs], pending[0].prompt_tokens)
+            sent, pending = sent + count, []
 
 
 def engine_request(body: dict[str, Any]) -> EngineRequest:

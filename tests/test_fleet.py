@@ -160,6 +160,27 @@ def test_each_model_runs_on_its_own_workers_and_a_chain_stays_on_one(fleet: Flee
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
 
 
+def test_a_json_answer_comes_from_its_worker_many_tokens_a_chunk_and_a_stream_one_a_chunk(
+        fleet: Fleet, tokenizer: Any) -> None:
+    """A JSON answer is read at its end: its worker sends its tokens many to a chunk (vLLM's `stream_interval`: the
+    first at once, the last at once), so the gateway wakes a few times a turn, not once a token; a stream's tokens
+    come as generated. The same answer either way."""
+    tokens = tokenizer.encode(" ".join(f"item {n}," for n in range(30)), add_special_tokens=False)
+    one_a_step = steps_from_tokens(tokens + [tokenizer.eos_token_id], cuts=list(range(1, len(tokens) + 1)))
+    fleet.play(SMALL, one_a_step, one_a_step)
+
+    def chunks() -> int:
+        return sum(worker.chunks_sent for worker in fleet.workers)
+    before = chunks()
+    answer = httpx.post(f"{fleet.base_url}/responses", json={"model": SMALL, "input": "List."}, timeout=30)
+    json_chunks, before = chunks() - before, chunks()
+    streamed = validate_events(fleet.stream(input="List."))
+    assert chunks() - before >= len(tokens) + 1  # one a token
+    assert json_chunks <= 3 + len(tokens) // 16, json_chunks
+    assert answer.status_code == 200 and answer.json()["output"][0]["content"][0]["text"] == streamed.output_text
+    assert answer.json()["usage"]["output_tokens"] == streamed.usage.output_tokens == len(tokens) + 1
+
+
 def test_conversations_spread_over_the_workers_by_their_keys(fleet: Fleet, tokenizer: Any) -> None:
     fleet.play(SMALL, _answer(tokenizer, "Yes."))
     sent = []

@@ -16,6 +16,9 @@ from server.engine.interface import SAMPLING_DEFAULT_KEYS, EngineRequest, Engine
 
 GENERATE_PATH = "/inference/v1/generate"
 ABORT_PATH = "/inference/v1/abort_requests"
+# A JSON answer's tokens come in chunks of this many (the first and the last at once): a wake-up of the gateway a
+# chunk, not a token, while its stream still shows the worker alive and resumable well within `idle_seconds`
+WHOLE_OUTPUT_INTERVAL = 32
 _OPTIONAL = (*SAMPLING_DEFAULT_KEYS, "presence_penalty", "frequency_penalty", "seed")
 
 
@@ -41,6 +44,8 @@ def generate_body(request: EngineRequest, vocab_size: int | None = None,
     banned = [token_id for token_id in sampling.banned_token_ids if vocab_size is None or token_id < vocab_size]
     if banned:
         params["logit_bias"] = {str(token_id): -100.0 for token_id in banned}
+    if request.whole_output:
+        params["stream_interval"] = WHOLE_OUTPUT_INTERVAL
     if sampling.thinking_token_budget is not None:
         params["thinking_token_budget"] = sampling.thinking_token_budget
     if sampling.structural_tag is not None:
