@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.servers import Server  # noqa: E402
+from bench.worktrees import worktree  # noqa: E402
 
 PORT = 8720
 MIN_TOKENS_PER_WAVE = 100_000  # smaller waves are repeated up to this many tokens
@@ -298,23 +299,18 @@ def against_baseline(revision: str, rounds: int, count: int, tokens: int, out: P
     """The server CPU per token at `count` streams (one token a step, one API process) of `revision` (a temporary
     git worktree) and of this checkout, alternated in each round on each path; who goes first alternates too."""
     figures: dict[str, dict[str, list[float]]] = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        baseline = Path(scratch) / "baseline"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(baseline), revision], check=True)
+    with tempfile.TemporaryDirectory() as scratch, worktree(revision) as baseline:
         paths = {label: (write_replay(Path(scratch) / f"{label[0]}.jsonl", ids), flags, name)
                  for label, (ids, flags, name) in replays(tokens).items()}
-        try:
-            for number in range(rounds):
-                order = [("baseline", baseline), ("this", ROOT)][::1 if number % 2 == 0 else -1]
-                for label, (replay, flags, name) in paths.items():
-                    for who, tree in order:
-                        print(f"[ceiling] round {number + 1}, {label}, {who} ...", file=sys.stderr, flush=True)
-                        store = f"sqlite:///{Path(scratch) / f'{who}-{label[0]}-{number}.db'}"
-                        row = run_case([*flags, "--replay-engine-output", str(replay), "--store", store], name,
-                                       [count], tokens, 1, out / "ceiling.log", None, tree)[0]
-                        figures.setdefault(label, {}).setdefault(who, []).append(row["server_cpu_us_per_token"])
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)], check=True)
+        for number in range(rounds):
+            order = [("baseline", baseline), ("this", ROOT)][::1 if number % 2 == 0 else -1]
+            for label, (replay, flags, name) in paths.items():
+                for who, tree in order:
+                    print(f"[ceiling] round {number + 1}, {label}, {who} ...", file=sys.stderr, flush=True)
+                    store = f"sqlite:///{Path(scratch) / f'{who}-{label[0]}-{number}.db'}"
+                    row = run_case([*flags, "--replay-engine-output", str(replay), "--store", store], name,
+                                   [count], tokens, 1, out / "ceiling.log", None, tree)[0]
+                    figures.setdefault(label, {}).setdefault(who, []).append(row["server_cpu_us_per_token"])
     return {"baseline": revision, "streams": count, "server_cpu_us_per_token": {
         label: {who: {"median": statistics.median(values), "rounds": values} for who, values in by_tree.items()}
         for label, by_tree in figures.items()}}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 from bench.fleet import fleet_file  # noqa: E402
 from bench.servers import ENGINE_FLAGS, Server  # noqa: E402
 from bench.turn_cost import Arms, measure  # noqa: E402
+from bench.worktrees import worktree  # noqa: E402
 
 WORKER, BASELINE, THIS = 8751, 8752, 8753
 
@@ -51,35 +51,29 @@ def main() -> None:
               "--served-model-name", BUNDLED_MODEL_NAME, "--port", str(WORKER), "--enable-scale-out",
               "--enable-prompt-tokens-details", *ENGINE_FLAGS]
     figures: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory() as directory:
+    with tempfile.TemporaryDirectory() as directory, worktree(args.baseline) as baseline:
         scratch = Path(directory)
-        baseline = scratch / "baseline"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(baseline), args.baseline],
-                       check=True)
         fleet = fleet_file(scratch / "fleet.toml", BUNDLED_MODEL_NAME, model, [f"http://127.0.0.1:{WORKER}"])
-        try:
-            with Server(worker, WORKER, scratch / "worker.log"), \
-                    gateway(baseline, BASELINE, fleet, scratch) as first, gateway(ROOT, THIS, fleet, scratch) as second:
-                arms = Arms(BUNDLED_MODEL_NAME)
-                table: dict[str, tuple[Callable[[int], None], int]] = {}
-                for who, server in (("baseline", first), ("this", second)):
-                    client = httpx.Client(base_url=f"http://127.0.0.1:{server.port}/v1", timeout=300)
-                    table[f"{who}, JSON"] = (lambda n, c=client: arms.json_stored(n, c), server.process.pid)
-                    table[f"{who}, streamed"] = (lambda n, c=client: arms.sse_stored(n, c), server.process.pid)
-                for send, _ in table.values():  # warm-up
-                    for n in range(3):
-                        send(90_000 + n)
-                names = list(table)
-                for number in range(args.rounds):
-                    order = names if number % 2 == 0 else names[2:] + names[:2]
-                    for name in order:
-                        send, pid = table[name]
-                        first_turn = 1000 * number + 100 * names.index(name)
-                        figures.setdefault(name, []).append(measure(send, pid, first_turn, args.turns) * 1000)
-                    print(f"round {number + 1}: " + ", ".join(f"{name} {figures[name][-1]:.1f} ms" for name in names),
-                          flush=True)
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)], check=True)
+        with Server(worker, WORKER, scratch / "worker.log"), \
+                gateway(baseline, BASELINE, fleet, scratch) as first, gateway(ROOT, THIS, fleet, scratch) as second:
+            arms = Arms(BUNDLED_MODEL_NAME)
+            table: dict[str, tuple[Callable[[int], None], int]] = {}
+            for who, server in (("baseline", first), ("this", second)):
+                client = httpx.Client(base_url=f"http://127.0.0.1:{server.port}/v1", timeout=300)
+                table[f"{who}, JSON"] = (lambda n, c=client: arms.json_stored(n, c), server.process.pid)
+                table[f"{who}, streamed"] = (lambda n, c=client: arms.sse_stored(n, c), server.process.pid)
+            for send, _ in table.values():  # warm-up
+                for n in range(3):
+                    send(90_000 + n)
+            names = list(table)
+            for number in range(args.rounds):
+                order = names if number % 2 == 0 else names[2:] + names[:2]
+                for name in order:
+                    send, pid = table[name]
+                    first_turn = 1000 * number + 100 * names.index(name)
+                    figures.setdefault(name, []).append(measure(send, pid, first_turn, args.turns) * 1000)
+                print(f"round {number + 1}: " + ", ".join(f"{name} {figures[name][-1]:.1f} ms" for name in names),
+                      flush=True)
     medians = {name: statistics.median(values) for name, values in figures.items()}
     report = {"baseline": args.baseline, "turns_per_arm_per_round": args.turns,
               "cpu_ms_per_turn": {name: {"median": medians[name], "rounds": values} for name, values in figures.items()},

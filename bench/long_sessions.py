@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from server.bundled_model import BUNDLED_MODEL_NAME, ensure_bundled_model  # noqa: E402
 from server.engine.recording import Recording  # noqa: E402
+from bench.worktrees import worktree  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -292,19 +293,6 @@ def measure(tree: Path, directory: Path, sessions: int, turns: int, lines: int) 
     finally:
         server.stop()
     return result
-
-
-@contextmanager
-def worktree(revision: str) -> Iterator[Path]:
-    with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), revision], check=True,
-                       capture_output=True)
-        try:
-            yield path
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], check=False,
-                           capture_output=True)
 
 
 def summary(result: dict[str, Any]) -> dict[str, Any]:

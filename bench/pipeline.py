@@ -20,7 +20,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -158,15 +157,10 @@ def in_process(tree: Path, tokens: int, repeats: int) -> dict[str, Any]:
 
 
 def against_baseline(revision: str, tokens: int, repeats: int, rounds: int) -> dict[str, object]:
-    with tempfile.TemporaryDirectory() as scratch:
-        baseline_tree = Path(scratch) / "baseline"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(baseline_tree), revision],
-                       check=True)
-        try:
-            runs = [(in_process(baseline_tree, tokens, repeats), in_process(ROOT, tokens, repeats))
-                    for _ in range(rounds)]
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline_tree)], check=True)
+    from bench.worktrees import worktree
+
+    with worktree(revision) as baseline_tree:
+        runs = [(in_process(baseline_tree, tokens, repeats), in_process(ROOT, tokens, repeats)) for _ in range(rounds)]
     out: dict[str, object] = {"baseline": revision, "rounds": rounds}
     for key in ("pipeline_us_per_token", "harmony_us_per_token"):
         before = min(b[key] for b, _ in runs if key in b) if any(key in b for b, _ in runs) else None
