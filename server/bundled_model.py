@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -79,20 +80,25 @@ def ensure_bundled_model(target: Path | None = None) -> Path:
 
 def built_once(target: Path, version: str, build: Callable[[Path], None]) -> Path:
     """`target` as `build(directory)` makes it, built into a directory beside it and moved in whole (a build cut
-    short leaves nothing), unless a build of `version` is there already."""
+    short leaves nothing), unless a build of `version` is there already; processes building it at once take turns
+    (the second finds the first's)."""
     marker = target / _DONE_MARKER
     if marker.exists() and marker.read_text().strip() == version:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-    try:
-        build(work)
-        (work / _DONE_MARKER).write_text(version + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        work.rename(target)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with (target.parent / f".{target.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time: another process may be building it now
+        if marker.exists() and marker.read_text().strip() == version:
+            return target
+        work = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
+        try:
+            build(work)
+            (work / _DONE_MARKER).write_text(version + "\n")
+            if target.exists():
+                shutil.rmtree(target)
+            work.rename(target)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     return target
 
 
