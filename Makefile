@@ -9,6 +9,7 @@ VENV ?= .venv
 
 .PHONY: setup serve test bench fuzz profile docs screenshots
 CASES ?= 10000
+TEST_WORKERS ?= 0  # pytest-xdist workers for `make test`: 0 runs it in one process (tests/conftest.py groups the tests)
 
 setup:
 	@bash scripts/setup.sh
@@ -17,7 +18,7 @@ serve: setup
 	$(VENV)/bin/responses-server $(ARGS)
 
 test: setup
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 bench: setup
 	$(VENV)/bin/python bench/serving.py $(ARGS)
